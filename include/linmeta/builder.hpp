@@ -1,0 +1,94 @@
+// Metadata builders: GdnMetadataBuilder and KdaMetadataBuilder (one implementation).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "linmeta/config.hpp"
+#include "linmeta/metadata.hpp"
+#include "linmeta/step.hpp"
+
+struct CUstream_st;
+
+namespace linmeta {
+
+/// Same type as cudaStream_t; nullptr is the legacy default stream.
+using Stream = CUstream_st*;
+
+struct BuilderOptions {
+  Target target = Target::Host;
+  /// KV-cache groups this builder serves (each owns its persistent buffers).
+  int32_t num_groups = 1;
+  /// Pinned staging slots cycled by eager builds (cuda target).
+  int32_t staging_slots = 4;
+  /// Slots reserved for builds captured into CUDA graphs (cuda target): a captured
+  /// build keeps its slot for the builder's lifetime, since replays re-read it.
+  int32_t capture_slots = 8;
+};
+
+/// Host-side time of the last build, split by phase (nanoseconds).
+struct BuildTiming {
+  int64_t plan_ns = 0;     ///< validation + classification
+  int64_t pack_ns = 0;     ///< writing the staging arena
+  int64_t enqueue_ns = 0;  ///< copy + launch (cuda) or element work (host)
+};
+
+class MetadataBuilder {
+ public:
+  MetadataBuilder(BuilderKind kind, const Config& config, const BuilderOptions& options = {});
+  ~MetadataBuilder();
+  MetadataBuilder(MetadataBuilder&&) noexcept;
+  MetadataBuilder& operator=(MetadataBuilder&&) noexcept;
+  MetadataBuilder(const MetadataBuilder&) = delete;
+  MetadataBuilder& operator=(const MetadataBuilder&) = delete;
+
+  /// Builds group 0's metadata from step.block_table (num_groups must be 1).
+  const Metadata& build(const Step& step, Stream stream = nullptr);
+  /// SPEC §7 F: accepted = query lengths, drafts = query lengths - 1, then build.
+  const Metadata& build_for_cudagraph_capture(const Step& step, Stream stream = nullptr);
+
+  /// Plans the step once and builds every group from its own block table
+  /// (tables.size() == num_groups; step.block_table is ignored). Returns one
+  /// Metadata per group, valid until the next build.
+  std::span<const Metadata> build_groups(const Step& step, std::span<const BlockTable> tables,
+                                         Stream stream = nullptr);
+  std::span<const Metadata> build_groups_for_cudagraph_capture(const Step& step,
+                                                               std::span<const BlockTable> tables,
+                                                               Stream stream = nullptr);
+
+  /// SPEC §7 E: re-gathers the state indices of the last built step from `table`
+  /// into group `group`'s buffers; every batch-level field is kept from `metadata`.
+  Metadata update_block_table(const Metadata& metadata, const BlockTable& table, int32_t group = 0,
+                              Stream stream = nullptr);
+
+  [[nodiscard]] const Config& config() const;
+  [[nodiscard]] BuilderKind kind() const;
+  [[nodiscard]] Target target() const;
+  [[nodiscard]] int32_t num_groups() const;
+  [[nodiscard]] const BuildTiming& last_timing() const;
+  /// Bytes uploaded by the last build (cuda target; the packed arena size otherwise).
+  [[nodiscard]] int64_t last_upload_bytes() const;
+  /// Memory the builder holds: pinned host staging and device (or host) buffers.
+  [[nodiscard]] int64_t pinned_bytes() const;
+  [[nodiscard]] int64_t buffer_bytes() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class GdnMetadataBuilder : public MetadataBuilder {
+ public:
+  explicit GdnMetadataBuilder(const Config& config, const BuilderOptions& options = {})
+      : MetadataBuilder(BuilderKind::Gdn, config, options) {}
+};
+
+class KdaMetadataBuilder : public MetadataBuilder {
+ public:
+  explicit KdaMetadataBuilder(const Config& config, const BuilderOptions& options = {})
+      : MetadataBuilder(BuilderKind::Kda, config, options) {}
+};
+
+}  // namespace linmeta

@@ -1,0 +1,57 @@
+// Builder configuration (SPEC §2).
+#pragma once
+
+#include <cstdint>
+
+namespace linmeta {
+
+/// NULL_BLOCK_ID: state index meaning "no state / skip".
+inline constexpr int32_t kNullBlockId = 0;
+/// PAD_SLOT_ID: padding of the causal-conv1d program arrays.
+inline constexpr int32_t kPadSlotId = -1;
+/// FLA chunk size of the chunk metadata (SPEC §5).
+inline constexpr int32_t kFlaChunkSize = 64;
+/// Tokens per causal-conv1d program (SPEC §6).
+inline constexpr int32_t kConvBlock = 8;
+/// FlashKDA chunk size that prefill checkpoints align to (SPEC §8).
+inline constexpr int32_t kKdaCheckpointAlign = 16;
+
+enum class CacheMode : int32_t { None, All, Align };
+enum class BuilderKind : int32_t { Gdn, Kda };
+/// Where the builder runs and where its arrays live.
+enum class Target : int32_t { Host, Cuda };
+
+struct Config {
+  /// Speculative tokens k per spec-decode row (0 = speculative decoding off).
+  int32_t num_spec = 0;
+  /// Scheduler limit on rows per step (padding rows included).
+  int32_t max_num_seqs = 256;
+  /// Scheduler limit on (padded) tokens per step.
+  int32_t max_num_batched_tokens = 8192;
+  /// FULL CUDA graphs enabled: decode-only steps are staged into persistent buffers.
+  bool full_cuda_graph = false;
+  /// Optional cap of the graph batch size; <= 0 means unset.
+  int32_t max_cudagraph_capture_size = 0;
+  CacheMode mamba_cache_mode = CacheMode::None;
+  int32_t block_size = 16;
+  /// Extra aligned state slots gathered in align mode (= k, or 0 under RecoverSSM).
+  int32_t num_speculative_blocks = 0;
+  /// GDN: emit FLA chunk metadata (the triton / flashinfer prefill backends use it).
+  bool chunk_metadata = true;
+  /// KDA only: RecoverSSM speculative decoding.
+  bool use_recoverssm = false;
+  /// KDA only: prefill checkpoints (align mode) when > 0.
+  int32_t num_prefill_checkpoint_blocks = 0;
+
+  /// D: rows (and tokens) the persistent FULL-graph buffers hold.
+  [[nodiscard]] int32_t decode_cudagraph_max_bs() const {
+    int32_t d = max_num_seqs * (num_spec + 1);
+    if (max_cudagraph_capture_size > 0 && max_cudagraph_capture_size < d) d = max_cudagraph_capture_size;
+    return d;
+  }
+};
+
+/// Throws linmeta::Error naming the field when the configuration is unusable.
+void validate_config(const Config& config, BuilderKind kind);
+
+}  // namespace linmeta

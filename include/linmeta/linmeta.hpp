@@ -1,0 +1,8 @@
+// Umbrella header.
+#pragma once
+
+#include "linmeta/builder.hpp"
+#include "linmeta/config.hpp"
+#include "linmeta/error.hpp"
+#include "linmeta/metadata.hpp"
+#include "linmeta/step.hpp"

@@ -1,0 +1,38 @@
+// The inputs of one scheduler step (SPEC §1).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace linmeta {
+
+/// A [rows, width] int32 block table; row r starts at data + r * row_stride.
+/// On the cuda target `data` is device memory, on the host target host memory.
+struct BlockTable {
+  const int32_t* data = nullptr;
+  int32_t width = 0;
+  int64_t row_stride = 0;
+};
+
+/// One scheduler step. Host spans are read during build() only; "device" pointers
+/// are device memory on the cuda target and host memory on the host target, and
+/// are read by the work build() enqueues.
+struct Step {
+  int32_t num_reqs = 0;
+  /// Padded token count (>= query_start_loc[num_reqs]).
+  int32_t num_actual_tokens = 0;
+
+  // Host arrays.
+  std::span<const int32_t> query_start_loc_cpu;       ///< [num_reqs + 1]
+  std::span<const int32_t> seq_lens_cpu_upper_bound;  ///< [num_reqs]
+  std::span<const bool> is_prefilling;                ///< [num_reqs] or empty (absent)
+  std::span<const int32_t> num_decode_draft_tokens;   ///< [num_reqs] or empty (absent)
+
+  // Device arrays (target memory).
+  const int32_t* query_start_loc = nullptr;      ///< [num_reqs + 1], same values as the host copy
+  const int32_t* seq_lens = nullptr;             ///< [num_reqs], exact
+  const int32_t* num_accepted_tokens = nullptr;  ///< [num_reqs] or null (absent)
+  BlockTable block_table;                        ///< this group's table, [num_reqs, width]
+};
+
+}  // namespace linmeta

@@ -1,0 +1,33 @@
+// Capacities derived from the configuration: they size every preallocated array.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "linmeta/config.hpp"
+
+namespace linmeta::detail {
+
+struct Capacity {
+  int32_t rows;        ///< R = max_num_seqs
+  int32_t tokens;      ///< T = max_num_batched_tokens
+  int32_t graph_bs;    ///< D = decode_cudagraph_max_bs
+  int32_t graph_rows;  ///< rows of the persistent request-indexed buffers: max(D, R)
+  int32_t spec_cols;   ///< S: state slots per spec row
+  int32_t chunks;      ///< FLA chunks: sum ceil(len / 64) <= T / 64 + R
+  int32_t conv;        ///< conv1d program arrays: 2 * max(1024, T / 8 + R)
+
+  static Capacity of(const Config& c, BuilderKind kind) {
+    Capacity k{};
+    k.rows = c.max_num_seqs;
+    k.tokens = c.max_num_batched_tokens;
+    k.graph_bs = c.decode_cudagraph_max_bs();
+    k.graph_rows = std::max(k.graph_bs, k.rows);
+    k.spec_cols = (kind == BuilderKind::Kda && c.use_recoverssm) ? 1 : c.num_spec + 1;
+    k.chunks = k.tokens / kFlaChunkSize + k.rows;
+    k.conv = 2 * std::max(1024, k.tokens / kConvBlock + k.rows);
+    return k;
+  }
+};
+
+}  // namespace linmeta::detail

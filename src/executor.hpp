@@ -1,0 +1,36 @@
+// Executors run the finish jobs of a packed step on a target: the CPU (host
+// target) or one upload plus one kernel launch (cuda target).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "../kernels/finish_job.cuh"
+#include "linmeta/builder.hpp"
+
+namespace linmeta::detail {
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  /// Memory of `words` int32 to pack the next step arena into. The cuda target
+  /// hands out a pinned staging slot no copy still reads.
+  virtual int32_t* acquire_arena(Stream stream) = 0;
+  /// Runs the jobs of the arena last acquired (uploading `words` first).
+  virtual void submit(FinishParams& params, int32_t words, Stream stream) = 0;
+  /// Runs jobs over the arena already in place (no upload).
+  virtual void rerun(FinishParams& params, Stream stream) = 0;
+  /// Base of the output block (target memory).
+  [[nodiscard]] virtual char* buffers() const = 0;
+  [[nodiscard]] virtual int64_t pinned_bytes() const = 0;
+  [[nodiscard]] virtual int64_t buffer_bytes() const = 0;
+};
+
+std::unique_ptr<Executor> make_host_executor(int64_t buffer_bytes, int32_t arena_words);
+std::unique_ptr<Executor> make_cuda_executor(int64_t buffer_bytes, int32_t arena_words,
+                                             const BuilderOptions& options);
+
+/// Runs every job element on the calling thread.
+void run_jobs_on_host(const FinishParams& params);
+
+}  // namespace linmeta::detail

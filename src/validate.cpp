@@ -1,0 +1,131 @@
+#include "validate.hpp"
+
+#include <fmt/format.h>
+
+#include "capacity.hpp"
+#include "linmeta/error.hpp"
+
+namespace linmeta {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw Error("linmeta: " + msg); }
+
+}  // namespace
+
+void validate_config(const Config& c, BuilderKind kind) {
+  auto positive = [](const char* field, int32_t v) {
+    if (v <= 0) fail(fmt::format("config.{} = {} must be positive", field, v));
+  };
+  positive("max_num_seqs", c.max_num_seqs);
+  positive("max_num_batched_tokens", c.max_num_batched_tokens);
+  positive("block_size", c.block_size);
+  if (c.num_spec < 0) fail(fmt::format("config.num_spec = {} must be >= 0", c.num_spec));
+  if (c.num_speculative_blocks < 0)
+    fail(fmt::format("config.num_speculative_blocks = {} must be >= 0", c.num_speculative_blocks));
+  if (c.num_prefill_checkpoint_blocks < 0)
+    fail(fmt::format("config.num_prefill_checkpoint_blocks = {} must be >= 0",
+                     c.num_prefill_checkpoint_blocks));
+  if (kind == BuilderKind::Gdn && c.use_recoverssm)
+    fail("config.use_recoverssm is a KDA option; the GDN builder does not support it");
+  const auto cap = detail::Capacity::of(c, kind);
+  if (c.mamba_cache_mode == CacheMode::Align && c.num_speculative_blocks + 1 < cap.spec_cols)
+    fail(fmt::format(
+        "config.num_speculative_blocks = {} gathers {} aligned state slots, fewer than the {} a "
+        "spec row needs (num_spec + 1)",
+        c.num_speculative_blocks, c.num_speculative_blocks + 1, cap.spec_cols));
+}
+
+namespace detail {
+
+void validate_step(const Config& c, BuilderKind /*kind*/, const Step& s, bool capture,
+                   std::span<const BlockTable> tables) {
+  const int32_t n = s.num_reqs;
+  if (n < 1) fail(fmt::format("num_reqs = {} must be at least 1", n));
+  if (n > c.max_num_seqs)
+    fail(fmt::format("num_reqs = {} exceeds the capacity max_num_seqs = {}", n, c.max_num_seqs));
+  if (s.query_start_loc_cpu.size() != static_cast<size_t>(n) + 1)
+    fail(fmt::format("query_start_loc_cpu has {} entries, expected num_reqs + 1 = {}",
+                     s.query_start_loc_cpu.size(), n + 1));
+  auto sized = [n](const char* field, size_t size, bool optional) {
+    if (optional && size == 0) return;
+    if (size != static_cast<size_t>(n))
+      fail(fmt::format("{} has {} entries, expected num_reqs = {}", field, size, n));
+  };
+  sized("seq_lens_cpu_upper_bound", s.seq_lens_cpu_upper_bound.size(), false);
+  sized("is_prefilling", s.is_prefilling.size(), true);
+  sized("num_decode_draft_tokens", s.num_decode_draft_tokens.size(), true);
+
+  const auto& q = s.query_start_loc_cpu;
+  if (q[0] != 0) fail(fmt::format("query_start_loc_cpu[0] = {} must be 0", q[0]));
+  for (int32_t r = 0; r < n; ++r)
+    if (q[r + 1] < q[r])
+      fail(fmt::format("query_start_loc_cpu decreases at row {}: [{}] = {} > [{}] = {}", r, r,
+                       q[r], r + 1, q[r + 1]));
+  if (s.num_actual_tokens < q[n])
+    fail(fmt::format("num_actual_tokens = {} is below the query total query_start_loc_cpu[{}] = {}",
+                     s.num_actual_tokens, n, q[n]));
+  if (s.num_actual_tokens > c.max_num_batched_tokens)
+    fail(fmt::format("num_actual_tokens = {} exceeds the capacity max_num_batched_tokens = {}",
+                     s.num_actual_tokens, c.max_num_batched_tokens));
+  for (int32_t r = 0; r < n; ++r) {
+    if (s.seq_lens_cpu_upper_bound[r] < 0)
+      fail(fmt::format("seq_lens_cpu_upper_bound[{}] = {} is negative", r,
+                       s.seq_lens_cpu_upper_bound[r]));
+    if (!s.num_decode_draft_tokens.empty() && s.num_decode_draft_tokens[r] < -1)
+      fail(fmt::format("num_decode_draft_tokens[{}] = {} is below -1", r,
+                       s.num_decode_draft_tokens[r]));
+  }
+  if (capture) {
+    const int32_t d = c.decode_cudagraph_max_bs();
+    if (n > d || s.num_actual_tokens > d)
+      fail(fmt::format(
+          "capture build supports decode-only FULL graphs: num_reqs = {} and num_actual_tokens = "
+          "{} must both be <= decode_cudagraph_max_bs = {}",
+          n, s.num_actual_tokens, d));
+  }
+  if (s.seq_lens == nullptr) fail("seq_lens (device) is null");
+
+  validate_tables(tables);
+}
+
+void validate_tables(std::span<const BlockTable> tables) {
+  for (size_t g = 0; g < tables.size(); ++g) {
+    const BlockTable& t = tables[g];
+    if (t.data == nullptr) fail(fmt::format("block_table of group {} is null", g));
+    if (t.width < 1 || t.row_stride < t.width)
+      fail(fmt::format("block_table of group {}: width = {} and row_stride = {} (need 1 <= width "
+                       "<= row_stride)",
+                       g, t.width, t.row_stride));
+  }
+}
+
+void check_spec_row_length(const Config& c, BuilderKind kind, int32_t row, int32_t query_len) {
+  if (query_len <= c.num_spec + 1) return;
+  if (kind == BuilderKind::Kda && c.use_recoverssm)
+    fail(fmt::format("KDA RecoverSSM speculative decode query length exceeds its activation "
+                     "capacity: row {} has query length {} > num_spec + 1 = {}",
+                     row, query_len, c.num_spec + 1));
+  fail(fmt::format("spec-decode row {} has query length {} > num_spec + 1 = {}", row, query_len,
+                   c.num_spec + 1));
+}
+
+void require_is_prefilling(const Step& s, const char* why) {
+  if (s.is_prefilling.empty()) fail(fmt::format("is_prefilling is required {}", why));
+}
+
+void require_accepted(const Step& s) {
+  if (s.num_accepted_tokens == nullptr)
+    fail("num_accepted_tokens (device) is null but the step has spec-decode rows");
+}
+
+void check_table_widths(std::span<const BlockTable> tables, const WidthNeed& need) {
+  for (size_t g = 0; g < tables.size(); ++g)
+    if (tables[g].width < need.cols)
+      fail(fmt::format("block_table of group {} is too narrow: row {} reads {} columns for {} but "
+                       "width = {}",
+                       g, need.row, need.cols, need.what, tables[g].width));
+}
+
+}  // namespace detail
+}  // namespace linmeta

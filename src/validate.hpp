@@ -1,0 +1,43 @@
+// Step and configuration validation: every rule that rejects input lives here.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "linmeta/config.hpp"
+#include "linmeta/step.hpp"
+
+namespace linmeta::detail {
+
+/// Checks shapes, pointers and values of a step before any planning (SPEC §1).
+void validate_step(const Config& config, BuilderKind kind, const Step& step, bool capture,
+                   std::span<const BlockTable> tables);
+
+/// Block-table pointers and strides.
+void validate_tables(std::span<const BlockTable> tables);
+
+/// Spec rows may carry at most num_spec + 1 tokens (SPEC §8 under RecoverSSM).
+void check_spec_row_length(const Config& config, BuilderKind kind, int32_t row, int32_t query_len);
+
+/// A required host array for the path the step takes.
+void require_is_prefilling(const Step& step, const char* why);
+void require_accepted(const Step& step);
+
+/// The widest block-table read of a step: `cols` columns at row `row`.
+struct WidthNeed {
+  int32_t cols = 1;
+  int32_t row = 0;
+  const char* what = "the state gather";
+  void need(int32_t c, int32_t r, const char* w) {
+    if (c > cols) {
+      cols = c;
+      row = r;
+      what = w;
+    }
+  }
+};
+
+/// Every table must be at least as wide as the step reads.
+void check_table_widths(std::span<const BlockTable> tables, const WidthNeed& need);
+
+}  // namespace linmeta::detail

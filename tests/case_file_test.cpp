@@ -1,0 +1,45 @@
+// Every public case (tests/data/public.jsonl) through the public API, host target.
+#include <gtest/gtest.h>
+
+#include "case_file.hpp"
+#include "test_data.hpp"
+
+namespace linmeta {
+namespace {
+
+using cases::json;
+
+std::vector<json> public_cases() { return cases::read_jsonl(testing::data_path("public.jsonl")); }
+
+class PublicCase : public ::testing::TestWithParam<json> {};
+
+void expect_case(const cases::Case& c, Target target, bool independent) {
+  const auto got = cases::run_case(c, target, independent);
+  ASSERT_EQ(got.size(), c.expected_groups.size());
+  for (size_t g = 0; g < got.size(); ++g)
+    for (const auto& m : cases::compare(c.expected_groups[g], got[g]))
+      ADD_FAILURE() << c.name << " group " << g << ": " << m.field << ": expected " << m.expected
+                    << ", got " << m.got;
+}
+
+TEST_P(PublicCase, HostTargetMatchesReference) {
+  expect_case(cases::parse_case(GetParam()), Target::Host, false);
+}
+
+TEST_P(PublicCase, HostTargetIndependentBuildersPerGroup) {
+  const auto c = cases::parse_case(GetParam());
+  if (!c.multi_group) GTEST_SKIP() << "single-group case";
+  expect_case(c, Target::Host, true);
+}
+
+std::string case_name(const ::testing::TestParamInfo<json>& info) {
+  std::string s = std::to_string(info.index) + "_";
+  for (char ch : info.param.at("name").get<std::string>())
+    s += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Public, PublicCase, ::testing::ValuesIn(public_cases()), case_name);
+
+}  // namespace
+}  // namespace linmeta

@@ -1,0 +1,279 @@
+#include "case_file.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <fstream>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <type_traits>
+
+namespace linmeta::cases {
+
+namespace {
+
+std::vector<int32_t> ints(const json& j) {
+  std::vector<int32_t> v;
+  if (j.is_null()) return v;
+  for (const auto& x : j) v.push_back(x.get<int32_t>());
+  return v;
+}
+
+CacheMode cache_mode(const std::string& s) {
+  if (s == "none") return CacheMode::None;
+  if (s == "all") return CacheMode::All;
+  if (s == "align") return CacheMode::Align;
+  throw std::runtime_error("unknown mamba_cache_mode " + s);
+}
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+/// Device (or host) copies of a case's "device" arrays, alive for one run.
+class Inputs {
+ public:
+  Inputs(const Case& c, Target t) : target_(t) {
+    qsl_ = put(c.qsl);
+    seq_lens_ = put(c.seq_lens);
+    accepted_ = c.has_accepted ? put(c.accepted) : nullptr;
+    for (const auto& t2 : c.tables) tables_.push_back(put(t2));
+  }
+  ~Inputs() {
+    if (target_ == Target::Cuda)
+      for (void* p : owned_) cudaFree(p);
+  }
+  Inputs(const Inputs&) = delete;
+  Inputs& operator=(const Inputs&) = delete;
+
+  const int32_t* qsl_ = nullptr;
+  const int32_t* seq_lens_ = nullptr;
+  const int32_t* accepted_ = nullptr;
+  std::vector<const int32_t*> tables_;
+
+ private:
+  const int32_t* put(const std::vector<int32_t>& v) {
+    if (target_ == Target::Host) return v.data();
+    void* p = nullptr;
+    const size_t bytes = std::max<size_t>(v.size(), 1) * sizeof(int32_t);
+    cuda_ok(cudaMalloc(&p, bytes), "cudaMalloc");
+    owned_.push_back(p);
+    if (!v.empty()) cuda_ok(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    return static_cast<const int32_t*>(p);
+  }
+  Target target_;
+  std::vector<void*> owned_;
+};
+
+// bool arrays are read as bytes (std::vector<bool> has no data()).
+template <class T>
+using Elem = std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>;
+
+template <class T>
+std::vector<Elem<T>> read(const Array<T>& a, Target t) {
+  std::vector<Elem<T>> v(static_cast<size_t>(a.size()));
+  if (v.empty()) return v;
+  const auto* src = reinterpret_cast<const Elem<T>*>(a.data);
+  if (t == Target::Cuda)
+    cuda_ok(cudaMemcpy(v.data(), src, v.size() * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  else
+    std::copy(src, src + v.size(), v.begin());
+  return v;
+}
+
+template <class T>
+json array_json(const Array<T>& a, Target t) {
+  if (!a.present) return nullptr;
+  const auto v = read(a, t);
+  if (a.ndim == 1) {
+    json out = json::array();
+    for (const auto& x : v) out.push_back(static_cast<T>(x));
+    return out;
+  }
+  json out = json::array();
+  for (int64_t r = 0; r < a.rows; ++r) {
+    json row = json::array();
+    for (int32_t c = 0; c < a.cols; ++c) row.push_back(static_cast<T>(v[static_cast<size_t>(r * a.cols + c)]));
+    out.push_back(row);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool cuda_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::vector<json> read_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::vector<json> out;
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+Case parse_case(const json& j) {
+  Case c;
+  c.name = j.at("name").get<std::string>();
+  c.kind = j.at("builder").get<std::string>() == "kda" ? BuilderKind::Kda : BuilderKind::Gdn;
+  c.capture = j.value("mode", std::string("build")) == "capture";
+  const json& cf = j.at("config");
+  c.config.num_spec = cf.at("num_spec").get<int32_t>();
+  c.config.max_num_seqs = cf.at("max_num_seqs").get<int32_t>();
+  c.config.full_cuda_graph = cf.at("full_cuda_graph").get<bool>();
+  c.config.max_cudagraph_capture_size =
+      cf.at("max_cudagraph_capture_size").is_null() ? 0 : cf.at("max_cudagraph_capture_size").get<int32_t>();
+  c.config.mamba_cache_mode = cache_mode(cf.at("mamba_cache_mode").get<std::string>());
+  c.config.block_size = cf.at("block_size").get<int32_t>();
+  c.config.num_speculative_blocks = cf.at("num_speculative_blocks").get<int32_t>();
+  c.config.use_recoverssm = cf.value("use_recoverssm", false);
+  c.config.num_prefill_checkpoint_blocks = cf.value("num_prefill_checkpoint_blocks", 0);
+  c.config.chunk_metadata = c.kind == BuilderKind::Gdn;
+
+  const json& s = j.at("step");
+  c.qsl = ints(s.at("query_start_loc"));
+  c.seq_lens = ints(s.at("seq_lens"));
+  c.seq_lens_ub = ints(s.at("seq_lens_cpu_upper_bound"));
+  c.num_reqs = static_cast<int32_t>(c.seq_lens.size());
+  c.num_actual_tokens = s.at("num_actual_tokens").get<int32_t>();
+  c.config.max_num_batched_tokens = std::max(c.num_actual_tokens, 1);
+  if (!s.at("is_prefilling").is_null())
+    for (const auto& b : s.at("is_prefilling")) c.is_prefilling.push_back(b.get<bool>() ? 1 : 0);
+  c.has_drafts = !s.at("num_decode_draft_tokens_cpu").is_null();
+  c.drafts = ints(s.at("num_decode_draft_tokens_cpu"));
+  c.has_accepted = !s.at("num_accepted_tokens").is_null();
+  c.accepted = ints(s.at("num_accepted_tokens"));
+  auto flatten = [&](const json& t) {
+    std::vector<int32_t> flat;
+    c.width = t.empty() ? 0 : static_cast<int32_t>(t[0].size());
+    for (const auto& row : t)
+      for (const auto& x : row) flat.push_back(x.get<int32_t>());
+    return flat;
+  };
+  c.multi_group = s.contains("groups");
+  if (c.multi_group)
+    for (const auto& t : s.at("groups")) c.tables.push_back(flatten(t));
+  else
+    c.tables.push_back(flatten(s.at("block_table")));
+  c.expected = j.at("expected");
+  if (c.multi_group)
+    for (const auto& e : j.at("expected_groups")) c.expected_groups.push_back(e);
+  else
+    c.expected_groups.push_back(c.expected);
+  return c;
+}
+
+json to_json(const Metadata& m, BuilderKind kind) {
+  const Target t = m.target;
+  json j;
+  j["num_prefills"] = m.num_prefills;
+  j["num_prefill_tokens"] = m.num_prefill_tokens;
+  j["num_decodes"] = m.num_decodes;
+  j["num_decode_tokens"] = m.num_decode_tokens;
+  j["num_spec_decodes"] = m.num_spec_decodes;
+  j["num_spec_decode_tokens"] = m.num_spec_decode_tokens;
+  j["num_actual_tokens"] = m.num_actual_tokens;
+  j["has_initial_state"] = array_json(m.has_initial_state, t);
+  j["chunk_indices"] = array_json(m.chunk_indices, t);
+  j["chunk_offsets"] = array_json(m.chunk_offsets, t);
+  j["prefill_query_start_loc"] = array_json(m.prefill_query_start_loc, t);
+  j["prefill_state_indices"] = array_json(m.prefill_state_indices, t);
+  j["prefill_has_initial_state"] = array_json(m.prefill_has_initial_state, t);
+  j["spec_query_start_loc"] = array_json(m.spec_query_start_loc, t);
+  j["non_spec_query_start_loc"] = array_json(m.non_spec_query_start_loc, t);
+  j["spec_state_indices_tensor"] = array_json(m.spec_state_indices_tensor, t);
+  j["non_spec_state_indices_tensor"] = array_json(m.non_spec_state_indices_tensor, t);
+  j["spec_sequence_masks"] = array_json(m.spec_sequence_masks, t);
+  j["spec_token_indx"] = array_json(m.spec_token_indx, t);
+  j["non_spec_token_indx"] = array_json(m.non_spec_token_indx, t);
+  j["num_accepted_tokens"] = array_json(m.num_accepted_tokens, t);
+  j["uniform_spec_sequence_length"] =
+      m.uniform_spec_sequence_length ? json(*m.uniform_spec_sequence_length) : json(nullptr);
+  if (m.conv1d) {
+    const auto& cv = *m.conv1d;
+    const auto nums = array_json(cv.nums, Target::Host);
+    auto bp = read(cv.batch_ptr, t);
+    auto off = read(cv.token_chunk_offset_ptr, t);
+    bool pad_ok = static_cast<int64_t>(bp.size()) >= 2 * std::max<int64_t>(1024, cv.tot);
+    for (size_t i = static_cast<size_t>(cv.tot); i < bp.size(); ++i) pad_ok = pad_ok && bp[i] == -1 && off[i] == -1;
+    bp.resize(std::min(bp.size(), static_cast<size_t>(cv.tot)));
+    off.resize(std::min(off.size(), static_cast<size_t>(cv.tot)));
+    j["conv1d"] = {{"nums", nums}, {"tot", cv.tot}, {"batch_ptr", bp},
+                   {"token_chunk_offset_ptr", off}, {"capacity_padding_ok", pad_ok}};
+  } else {
+    j["conv1d"] = nullptr;
+  }
+  if (kind == BuilderKind::Kda) {
+    if (m.recoverssm_commit) {
+      const auto& rc = *m.recoverssm_commit;
+      json align = nullptr;
+      if (rc.align)
+        align = {{"num_computed_tokens", array_json(rc.align->num_computed_tokens, t)},
+                 {"block_size", rc.align->block_size}};
+      j["recoverssm_commit"] = {{"state_indices", array_json(rc.state_indices, t)},
+                                {"query_start_loc", array_json(rc.query_start_loc, t)},
+                                {"request_indices", array_json(rc.request_indices, t)},
+                                {"align", align}};
+    } else {
+      j["recoverssm_commit"] = nullptr;
+    }
+    j["checkpoint"] = m.checkpoint ? json{{"checkpoint_offsets", array_json(m.checkpoint->checkpoint_offsets, t)},
+                                          {"state_indices", array_json(m.checkpoint->state_indices, t)}}
+                                   : json(nullptr);
+  }
+  return j;
+}
+
+std::vector<json> run_case(const Case& c, Target target, bool independent) {
+  Inputs in(c, target);
+  Step s;
+  s.num_reqs = c.num_reqs;
+  s.num_actual_tokens = c.num_actual_tokens;
+  s.query_start_loc_cpu = c.qsl;
+  s.seq_lens_cpu_upper_bound = c.seq_lens_ub;
+  if (!c.is_prefilling.empty())
+    s.is_prefilling = {reinterpret_cast<const bool*>(c.is_prefilling.data()), c.is_prefilling.size()};
+  if (c.has_drafts) s.num_decode_draft_tokens = c.drafts;
+  s.query_start_loc = in.qsl_;
+  s.seq_lens = in.seq_lens_;
+  s.num_accepted_tokens = in.accepted_;
+  std::vector<BlockTable> tables;
+  for (const auto* t : in.tables_) tables.push_back({t, c.width, c.width});
+  s.block_table = tables[0];
+
+  BuilderOptions opt;
+  opt.target = target;
+  std::vector<json> out;
+  auto finish = [&](const Metadata& m) {
+    if (target == Target::Cuda) cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    out.push_back(to_json(m, c.kind));
+  };
+  if (independent || tables.size() == 1) {
+    for (const auto& t : tables) {
+      MetadataBuilder b(c.kind, c.config, opt);
+      s.block_table = t;
+      finish(c.capture ? b.build_for_cudagraph_capture(s) : b.build(s));
+    }
+  } else {
+    opt.num_groups = static_cast<int32_t>(tables.size());
+    MetadataBuilder b(c.kind, c.config, opt);
+    auto ms = c.capture ? b.build_groups_for_cudagraph_capture(s, tables) : b.build_groups(s, tables);
+    for (const auto& m : ms) finish(m);
+  }
+  return out;
+}
+
+std::vector<Mismatch> compare(const json& expected, const json& got) {
+  std::vector<Mismatch> out;
+  for (auto it = expected.begin(); it != expected.end(); ++it) {
+    const json g = got.contains(it.key()) ? got.at(it.key()) : json("<missing>");
+    if (g != it.value()) out.push_back({it.key(), it.value().dump(), g.dump()});
+  }
+  return out;
+}
+
+}  // namespace linmeta::cases
