@@ -1,0 +1,197 @@
+// Random valid scheduler steps for equivalence tests and the bench: decodes and
+// spec decodes first (interleaved), then prefills, then zero-length padding rows,
+// with async-spec rows whose device seq_len is below the host upper bound.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "linmeta/linmeta.hpp"
+
+namespace linmeta::testing {
+
+struct RandomStepOptions {
+  BuilderKind kind = BuilderKind::Gdn;
+  int32_t num_groups = 1;
+  int32_t max_prefill_len = 3000;
+  bool allow_capture = true;
+};
+
+/// A step with host copies of every array; `step()` views them given the
+/// addresses of the "device" copies (host addresses on the host target).
+struct RandomStep {
+  Config config;
+  BuilderKind kind = BuilderKind::Gdn;
+  bool capture = false;
+  int32_t num_reqs = 0;
+  int32_t num_actual_tokens = 0;
+  std::vector<int32_t> qsl, seq_lens, seq_ub, drafts, accepted;
+  std::vector<char> is_prefilling;  // empty = absent
+  bool has_drafts = false, has_accepted = false;
+  int32_t width = 0;
+  int64_t row_stride = 0;
+  std::vector<std::vector<int32_t>> tables;  // [num_groups][num_reqs * row_stride]
+
+  [[nodiscard]] Step step(const int32_t* dev_qsl, const int32_t* dev_seq_lens,
+                          const int32_t* dev_accepted, const int32_t* dev_table0) const {
+    Step s;
+    s.num_reqs = num_reqs;
+    s.num_actual_tokens = num_actual_tokens;
+    s.query_start_loc_cpu = qsl;
+    s.seq_lens_cpu_upper_bound = seq_ub;
+    if (!is_prefilling.empty())
+      s.is_prefilling = {reinterpret_cast<const bool*>(is_prefilling.data()), is_prefilling.size()};
+    if (has_drafts) s.num_decode_draft_tokens = drafts;
+    s.query_start_loc = dev_qsl;
+    s.seq_lens = dev_seq_lens;
+    s.num_accepted_tokens = has_accepted ? dev_accepted : nullptr;
+    s.block_table = {dev_table0, width, row_stride};
+    return s;
+  }
+  /// The step over the host arrays themselves (host target).
+  [[nodiscard]] Step host_step() const {
+    return step(qsl.data(), seq_lens.data(), accepted.data(), tables[0].data());
+  }
+  [[nodiscard]] std::vector<BlockTable> host_tables() const {
+    std::vector<BlockTable> out;
+    for (const auto& t : tables) out.push_back({t.data(), width, row_stride});
+    return out;
+  }
+};
+
+inline int32_t pick(std::mt19937& rng, std::initializer_list<int32_t> values) {
+  std::uniform_int_distribution<size_t> d(0, values.size() - 1);
+  return *(values.begin() + d(rng));
+}
+
+inline int32_t uniform(std::mt19937& rng, int32_t lo, int32_t hi) {
+  return std::uniform_int_distribution<int32_t>(lo, hi)(rng);
+}
+
+inline bool coin(std::mt19937& rng, double p = 0.5) { return std::bernoulli_distribution(p)(rng); }
+
+/// A random configuration for `kind`.
+inline Config random_config(std::mt19937& rng, BuilderKind kind) {
+  Config c;
+  c.num_spec = pick(rng, {0, 1, 2, 3, 7});
+  c.max_num_seqs = pick(rng, {4, 16, 64, 256});
+  c.max_num_batched_tokens = pick(rng, {2048, 8192});
+  c.full_cuda_graph = coin(rng, 0.6);
+  c.max_cudagraph_capture_size = coin(rng, 0.3) ? uniform(rng, 1, 512) : 0;
+  c.mamba_cache_mode = static_cast<CacheMode>(uniform(rng, 0, 2));
+  c.block_size = pick(rng, {16, 64, 256});
+  c.chunk_metadata = kind == BuilderKind::Gdn && coin(rng, 0.9);
+  if (kind == BuilderKind::Kda) {
+    c.use_recoverssm = c.num_spec > 0 && coin(rng);
+    c.num_prefill_checkpoint_blocks = coin(rng) ? 1 : 0;
+  }
+  c.num_speculative_blocks = c.use_recoverssm ? 0 : c.num_spec;
+  return c;
+}
+
+/// A random valid step for `config`; r.config may raise max_num_batched_tokens
+/// when the rows need more tokens than it allows.
+inline RandomStep random_step(std::mt19937& rng, const Config& config, const RandomStepOptions& o) {
+  RandomStep r;
+  r.config = config;
+  r.kind = o.kind;
+  const int32_t k = config.num_spec;
+  const int32_t D = config.decode_cudagraph_max_bs();
+  r.capture = o.allow_capture && config.full_cuda_graph && coin(rng, 0.1) && D >= k + 1;
+
+  // Row roles: decodes and spec decodes first (interleaved), then prefills, then padding.
+  enum Role { Decode, Spec, Prefill, Pad };
+  const int32_t max_rows = r.capture ? std::min(config.max_num_seqs, D / (k + 1)) : config.max_num_seqs;
+  const int32_t n = uniform(rng, 1, max_rows);
+  const int32_t pads = coin(rng, 0.4) ? uniform(rng, 0, std::min(n - 1, 8)) : 0;
+  const int32_t shape = uniform(rng, 0, 4);  // decode, spec, prefill, decode+prefill, any
+  std::vector<Role> roles;
+  for (int32_t i = 0; i < n - pads; ++i) {
+    const int32_t x = uniform(rng, 0, 2);
+    Role role = shape == 0   ? Decode
+                : shape == 1 ? (k > 0 ? Spec : Decode)
+                : shape == 2 ? Prefill
+                : shape == 3 ? (x == 0 ? Prefill : Decode)
+                             : (x == 0 ? Decode : x == 1 && k > 0 ? Spec : Prefill);
+    if (r.capture) role = k > 0 && coin(rng, 0.8) ? Spec : Decode;
+    roles.push_back(role);
+  }
+  std::stable_partition(roles.begin(), roles.end(), [](Role x) { return x != Prefill; });
+  roles.resize(static_cast<size_t>(n), Pad);
+
+  // Query lengths: fixed ones first, then prefills grow into the token budget.
+  std::vector<int32_t> q(static_cast<size_t>(n), 0);
+  r.drafts.assign(static_cast<size_t>(n), -1);
+  int32_t fixed = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const auto u = static_cast<size_t>(i);
+    if (roles[u] == Decode || roles[u] == Prefill) q[u] = 1;
+    if (roles[u] == Spec) {
+      r.drafts[u] = uniform(rng, coin(rng, 0.1) ? 0 : std::min(1, k), k);
+      q[u] = r.drafts[u] + 1;
+    }
+    fixed += q[u];
+  }
+  int32_t cap = r.capture ? D : config.max_num_batched_tokens;
+  if (fixed > cap) {
+    r.capture = false;
+    cap = std::max(config.max_num_batched_tokens, fixed + 16);
+  }
+  r.config.max_num_batched_tokens = r.capture ? config.max_num_batched_tokens
+                                              : std::max(config.max_num_batched_tokens, cap);
+  int32_t budget = cap - fixed - (coin(rng, 0.5) ? uniform(rng, 0, std::min(16, cap - fixed)) : 0);
+  for (int32_t i = 0; i < n; ++i)
+    if (roles[static_cast<size_t>(i)] == Prefill) {
+      const int32_t extra = std::min(budget, uniform(rng, 0, o.max_prefill_len - 1));
+      q[static_cast<size_t>(i)] += extra;
+      budget -= extra;
+    }
+
+  r.num_reqs = n;
+  r.qsl.assign(1, 0);
+  r.has_drafts = k > 0 && !r.capture && coin(rng, 0.9);
+  r.has_accepted = k > 0 && !r.capture;
+  const bool with_prefilling = o.kind == BuilderKind::Kda || coin(rng, 0.7);
+  for (int32_t i = 0; i < n; ++i) {
+    const auto u = static_cast<size_t>(i);
+    const Role role = roles[u];
+    r.qsl.push_back(r.qsl.back() + q[u]);
+    int32_t computed = uniform(rng, 1, 5000);
+    if (role == Prefill && coin(rng)) computed = 0;  // a fresh prompt
+    if (role == Decode && coin(rng, 0.05)) computed = 0;
+    const int32_t seq = role == Pad ? 0 : computed + q[u];
+    r.seq_ub.push_back(seq);
+    // Async spec decode: the device seq_len trails the optimistic host bound.
+    const int32_t lag = role == Spec && coin(rng, 0.3) ? uniform(rng, 0, q[u] - 1) : 0;
+    r.seq_lens.push_back(seq - lag);
+    r.accepted.push_back(role == Spec ? uniform(rng, 1, q[u]) : 1);
+    const bool prefilling = role == Prefill || (role == Decode && coin(rng, 0.05));
+    r.is_prefilling.push_back(prefilling ? 1 : 0);
+  }
+  if (!with_prefilling) r.is_prefilling.clear();
+  r.num_actual_tokens = std::min(cap, r.qsl.back() + (coin(rng, 0.3) ? uniform(rng, 0, 16) : 0));
+
+  // Block tables wide enough for the aligned gather and checkpoints, sometimes strided.
+  int32_t need = k + 1;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t seq = r.seq_ub[static_cast<size_t>(i)];
+    need = std::max(need, (seq > 0 ? (seq - 1) / config.block_size : 0) +
+                              config.num_speculative_blocks + 1);
+    need = std::max(need, seq / config.block_size + 1);
+  }
+  r.width = need + uniform(rng, 0, 2);
+  r.row_stride = r.width + (coin(rng, 0.3) ? uniform(rng, 1, 5) : 0);
+  for (int32_t g = 0; g < o.num_groups; ++g) {
+    std::vector<int32_t> t(static_cast<size_t>(n * r.row_stride), -7);  // -7: never read
+    for (int32_t i = 0; i < n; ++i)
+      for (int32_t col = 0; col < r.width; ++col)
+        t[static_cast<size_t>(i * r.row_stride + col)] = uniform(rng, 1, 1 << 20);
+    r.tables.push_back(std::move(t));
+  }
+  return r;
+}
+
+}  // namespace linmeta::testing
