@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: dependencies, release build (host and
+# GPU tests; GPU tests skip without a device), host tests under ASan + UBSan,
+# the replay tool over the public cases, and the Python package tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+scripts/install-deps.sh
+
+echo "== release build + tests"
+cmake --preset release
+cmake --build --preset release
+ctest --preset release
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer (host tests)"
+cmake --preset asan
+cmake --build --preset asan --target linmeta_tests linmeta-replay
+ctest --preset asan
+
+echo "== replay tool over the public cases"
+build/release/tools/linmeta-replay check tests/data/public.jsonl --target host
+
+if [[ -f pyproject.toml && -d tests/python ]]; then
+  echo "== Python package"
+  scripts/python-test.sh
+fi
