@@ -37,10 +37,14 @@ class CudaExecutor final : public Executor {
   }
   ~CudaExecutor() override { release(); }
 
-  int32_t* acquire_arena(Stream stream) override {
+  [[nodiscard]] bool capturing(Stream stream) const override {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     cuda_check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
-    capturing_ = status == cudaStreamCaptureStatusActive;
+    return status == cudaStreamCaptureStatusActive;
+  }
+
+  int32_t* acquire_arena(Stream stream) override {
+    capturing_ = capturing(stream);
     if (capturing_) {
       // A captured copy re-reads its slot at every replay: the slot is never reused.
       if (captured_ == capture_slots_)

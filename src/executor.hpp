@@ -20,6 +20,8 @@ class Executor {
   virtual void submit(FinishParams& params, int32_t words, Stream stream) = 0;
   /// Runs jobs over the arena already in place (no upload).
   virtual void rerun(FinishParams& params, Stream stream) = 0;
+  /// Whether `stream` is capturing a CUDA graph.
+  [[nodiscard]] virtual bool capturing(Stream stream) const = 0;
   /// Base of the output block (target memory).
   [[nodiscard]] virtual char* buffers() const = 0;
   [[nodiscard]] virtual int64_t pinned_bytes() const = 0;

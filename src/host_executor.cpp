@@ -28,6 +28,7 @@ class HostExecutor final : public Executor {
     params.arena = arena_.data();
     run_jobs_on_host(params);
   }
+  [[nodiscard]] bool capturing(Stream) const override { return false; }
   [[nodiscard]] char* buffers() const override {
     return reinterpret_cast<char*>(const_cast<int64_t*>(buffers_.data()));
   }
