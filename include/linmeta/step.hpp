@@ -29,7 +29,9 @@ struct Step {
   std::span<const int32_t> num_decode_draft_tokens;   ///< [num_reqs] or empty (absent)
 
   // Device arrays (target memory).
-  const int32_t* query_start_loc = nullptr;      ///< [num_reqs + 1], same values as the host copy
+  /// [num_reqs + 1], same values as the host copy. Not read: linmeta derives every
+  /// query-length quantity from query_start_loc_cpu (optional).
+  const int32_t* query_start_loc = nullptr;
   const int32_t* seq_lens = nullptr;             ///< [num_reqs], exact
   const int32_t* num_accepted_tokens = nullptr;  ///< [num_reqs] or null (absent)
   BlockTable block_table;                        ///< this group's table, [num_reqs, width]
