@@ -296,13 +296,7 @@ Metadata materialize(const StepPlan& p, const StepViews& v, const BufferLayout& 
                      int32_t g, Target target, const BlockTable& raw_table, const Config& c) {
   Metadata m;
   m.target = target;
-  m.num_prefills = p.num_prefills;
-  m.num_prefill_tokens = p.num_prefill_tokens;
-  m.num_decodes = p.num_decodes;
-  m.num_decode_tokens = p.num_decode_tokens;
-  m.num_spec_decodes = p.num_spec_decodes;
-  m.num_spec_decode_tokens = p.num_spec_decode_tokens;
-  m.num_actual_tokens = p.num_actual_tokens;
+  static_cast<StepCounts&>(m) = p;
   m.has_initial_state = view<bool>(v.has_initial_state, l, base, g);
   m.chunk_indices = view<int32_t>(v.chunk_indices, l, base, g);
   m.chunk_offsets = view<int32_t>(v.chunk_offsets, l, base, g);

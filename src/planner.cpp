@@ -35,8 +35,7 @@ struct Ctx {
 };
 
 void reset(StepPlan& p) {
-  p.num_prefills = p.num_prefill_tokens = p.num_decodes = p.num_decode_tokens = 0;
-  p.num_spec_decodes = p.num_spec_decode_tokens = 0;
+  static_cast<StepCounts&>(p) = StepCounts{};
   p.path = Path::NoSpec;
   p.uniform_spec_len = -1;
   p.mask_output = false;
@@ -302,7 +301,7 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
   reset(p);
   Ctx x{c, kind, s, capture, tables, Capacity::of(c, kind), p};
   p.num_reqs = s.num_reqs;
-  p.num_actual_tokens = s.num_actual_tokens;
+  p.num_actual_tokens = s.num_actual_tokens;  // after reset()
   p.capture = capture;
   std::copy(s.query_start_loc_cpu.begin(), s.query_start_loc_cpu.end(), p.qsl.begin());
   p.total_tokens = p.qsl[p.num_reqs];

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "linmeta/config.hpp"
+#include "linmeta/metadata.hpp"
 #include "linmeta/step.hpp"
 #include "validate.hpp"
 
@@ -30,20 +31,10 @@ struct Cumsum {
   bool present = false;   ///< computed (the output may still be absent)
 };
 
-struct StepPlan {
-  // Step scalars.
+struct StepPlan : StepCounts {
   int32_t num_reqs = 0;
-  int32_t num_actual_tokens = 0;
   int32_t total_tokens = 0;  ///< query_start_loc[num_reqs]
   bool capture = false;
-
-  // SPEC §9 counts.
-  int32_t num_prefills = 0;
-  int32_t num_prefill_tokens = 0;
-  int32_t num_decodes = 0;
-  int32_t num_decode_tokens = 0;
-  int32_t num_spec_decodes = 0;
-  int32_t num_spec_decode_tokens = 0;
 
   Path path = Path::NoSpec;
   int32_t uniform_spec_len = -1;  ///< -1: absent

@@ -49,16 +49,19 @@ struct Checkpoint {
   Array<int32_t> state_indices;
 };
 
-/// GDN and KDA metadata; KDA-only fields stay absent for GDN and vice versa.
-struct Metadata {
+/// The counts of a step (SPEC §9).
+struct StepCounts {
   int32_t num_prefills = 0;
   int32_t num_prefill_tokens = 0;
   int32_t num_decodes = 0;
   int32_t num_decode_tokens = 0;
   int32_t num_spec_decodes = 0;
   int32_t num_spec_decode_tokens = 0;
-  int32_t num_actual_tokens = 0;
+  int32_t num_actual_tokens = 0;  ///< padded token count of the step
+};
 
+/// GDN and KDA metadata; KDA-only fields stay absent for GDN and vice versa.
+struct Metadata : StepCounts {
   Array<bool> has_initial_state;
   Array<int32_t> chunk_indices;  ///< [n, 2]
   Array<int32_t> chunk_offsets;
