@@ -1,0 +1,80 @@
+// Array exchange for the Python bindings: zero-copy import of step inputs
+// (DLPack, the buffer protocol, __cuda_array_interface__, __array_interface__)
+// and DLPack export of the builder's output views.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <string>
+
+#include "linmeta/builder.hpp"
+
+namespace linmeta::py {
+
+namespace nb = nanobind;
+
+/// DLPack device types used here (dlpack.h's DLDeviceType).
+inline constexpr int32_t kDLCPU = 1;
+inline constexpr int32_t kDLCUDA = 2;
+inline constexpr int32_t kDLCUDAHost = 3;
+inline constexpr int32_t kDLCUDAManaged = 13;
+
+/// How output arrays are handed to Python.
+enum class ArrayType : int32_t {
+  DLPack,  ///< nanobind ndarray objects (__dlpack__, __dlpack_device__, buffer protocol)
+  Numpy,   ///< numpy.ndarray views (host target only)
+  Torch,   ///< torch.Tensor views
+};
+
+ArrayType parse_array_type(const std::string& s);
+const char* array_type_name(ArrayType t);
+
+/// An imported input array: a view of the caller's memory, kept alive by `nd` / `keep`.
+struct ImportedArray {
+  bool present = false;
+  const void* data = nullptr;
+  int32_t ndim = 0;
+  int64_t shape[2]{0, 0};
+  int64_t strides[2]{0, 0};  ///< in elements
+  nb::dlpack::dtype dtype{};
+  int32_t device_type = 0;
+  int32_t device_id = 0;
+  nb::ndarray<nb::ro> nd;  ///< DLPack / buffer-protocol imports
+  nb::object keep;         ///< interface-dict imports
+};
+
+/// Imports `obj` without copying; None gives an absent array. `consumer` is the
+/// stream the build runs on: a __cuda_array_interface__ producer stream is
+/// ordered before it. Raises TypeError for objects that are no array.
+ImportedArray import_array(nb::handle obj, const char* name, Stream consumer);
+
+/// What one input must be.
+struct Requirement {
+  bool device = false;   ///< "device" array (target memory) rather than a host array
+  bool boolean = false;  ///< bool instead of int32
+  int32_t ndim = 1;
+};
+
+/// Where the builder's target memory is.
+struct TargetMemory {
+  Target target = Target::Host;
+  int32_t device_id = 0;  ///< cuda target: the device the builder allocated on
+};
+
+/// Checks dtype (TypeError), dimensionality, memory and strides (linmeta.Error).
+/// 1-D arrays must be contiguous; 2-D arrays need stride(1) == 1.
+void require(const ImportedArray& a, const char* name, const Requirement& req, const TargetMemory& mem);
+
+/// Human-readable dtype ("int32", "bool", ...).
+std::string dtype_name(nb::dlpack::dtype dt);
+
+/// A view of memory owned by `owner` as an ndarray of `type` (no copy).
+nb::object export_array(const void* data, int32_t ndim, int64_t rows, int64_t cols, nb::dlpack::dtype dtype,
+                        int32_t device_type, int32_t device_id, nb::handle owner, ArrayType type);
+
+/// Throws linmeta::Error (Python: linmeta.Error, a ValueError) with "linmeta: " + message.
+[[noreturn]] void raise_error(const std::string& message);
+
+}  // namespace linmeta::py

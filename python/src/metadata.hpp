@@ -1,0 +1,94 @@
+// The Python Metadata object: counts plus lazily exported, cached DLPack views of
+// the builder's persistent buffers (owner: the Python builder object).
+#pragma once
+
+#include <array>
+
+#include "arrays.hpp"
+#include "linmeta/metadata.hpp"
+
+namespace linmeta::py {
+
+/// KDA RecoverSSM commit metadata (align mode part).
+struct PyRecoverSsmAlign {
+  nb::object block_table;  ///< the caller's raw block table of this group
+  nb::object num_computed_tokens;
+  int32_t block_size = 0;
+};
+
+/// KDA RecoverSSM commit metadata.
+struct PyRecoverSsmCommit {
+  nb::object state_indices;
+  nb::object query_start_loc;
+  nb::object request_indices;
+  nb::object align;  ///< PyRecoverSsmAlign or None
+};
+
+/// KDA prefill checkpoints.
+struct PyCheckpoint {
+  nb::object checkpoint_offsets;
+  nb::object state_indices;
+};
+
+/// Array-valued fields, indexing the export cache.
+enum class Field : int32_t {
+  HasInitialState,
+  ChunkIndices,
+  ChunkOffsets,
+  PrefillQueryStartLoc,
+  PrefillStateIndices,
+  PrefillHasInitialState,
+  SpecQueryStartLoc,
+  NonSpecQueryStartLoc,
+  SpecStateIndices,
+  NonSpecStateIndices,
+  SpecSequenceMasks,
+  SpecTokenIndx,
+  NonSpecTokenIndx,
+  NumAcceptedTokens,
+  NumsDict,
+  BatchPtr,
+  TokenChunkOffsetPtr,
+  RecoverSsmCommit,
+  Checkpoint,
+  Count,
+};
+
+class PyMetadata {
+ public:
+  PyMetadata(const Metadata& m, nb::object builder, nb::object table, int32_t group, int32_t num_reqs,
+             int32_t device_id, ArrayType array_type)
+      : m_(m),
+        builder_(std::move(builder)),
+        table_(std::move(table)),
+        group_(group),
+        num_reqs_(num_reqs),
+        device_id_(device_id),
+        array_type_(array_type) {}
+
+  [[nodiscard]] const Metadata& metadata() const { return m_; }
+  [[nodiscard]] const nb::object& builder() const { return builder_; }
+  [[nodiscard]] int32_t group() const { return group_; }
+  [[nodiscard]] int32_t num_reqs() const { return num_reqs_; }
+
+  /// The Python value of an array-valued field (None when absent), exported once.
+  nb::object get(Field f);
+
+  static void bind(nb::module_& m);
+
+ private:
+  nb::object compute(Field f);
+  template <class T>
+  nb::object view(const Array<T>& a, bool host_memory = false, int64_t rows = -1);
+
+  Metadata m_;
+  nb::object builder_;  ///< owner of every exported view
+  nb::object table_;    ///< the caller's block table of this group
+  int32_t group_;
+  int32_t num_reqs_;
+  int32_t device_id_;
+  ArrayType array_type_;
+  std::array<nb::object, static_cast<size_t>(Field::Count)> cache_{};
+};
+
+}  // namespace linmeta::py
