@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# GPU checks, run ON a machine with an NVIDIA GPU from the repository root, with a
+# build directory that may have been built on another machine and copied here
+# (absolute paths differ, so ctest is not used: the binaries run directly).
+#
+#   scripts/gpu-check.sh [BUILD_DIR]        (default: build/release)
+#
+# Stages, one summary line each; exit status 1 if any stage fails:
+#   gpu-tests       BUILD/tests/linmeta_gpu_tests (all GPU tests, full random run)
+#   replay-cuda     BUILD/tools/linmeta-replay check tests/data/public.jsonl --target cuda
+#   memcheck        compute-sanitizer --tool memcheck --leak-check full   } public cases +
+#   racecheck       compute-sanitizer --tool racecheck                    } a reduced random
+#   initcheck       compute-sanitizer --tool initcheck                    } run (see below)
+# A GPU test that skips for want of a device counts as a failure here.
+#
+# Environment:
+#   OUT                          logs go to $OUT/gpu-check-*.log (else a temporary folder)
+#   LINMETA_SANITIZER_STEPS      random steps per builder kind under the sanitizers (2000)
+#   LINMETA_SANITIZER_FILTER     gtest filter of the sanitizer stages
+#   LINMETA_GPU_TEST_ARGS        extra arguments of the gpu-tests stage (e.g. a --gtest_filter)
+#   COMPUTE_SANITIZER            path of compute-sanitizer (else PATH, then /usr/local/cuda)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+build=${1:-build/release}
+tests_bin=$build/tests/linmeta_gpu_tests
+replay_bin=$build/tools/linmeta-replay
+logdir=${OUT:-}
+[[ -n $logdir ]] || logdir=$(mktemp -d -t linmeta-gpu-check.XXXXXX)
+mkdir -p "$logdir"
+export LINMETA_TEST_DATA=$PWD/tests/data
+san_steps=${LINMETA_SANITIZER_STEPS:-2000}
+san_filter=${LINMETA_SANITIZER_FILTER:-'Public/*:Kinds/RandomEquivalenceGpu.*'}
+read -r -a gpu_test_args <<<"${LINMETA_GPU_TEST_ARGS:-}"
+
+sanitizer=${COMPUTE_SANITIZER:-}
+if [[ -z $sanitizer ]]; then
+  sanitizer=$(command -v compute-sanitizer || true)
+  for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    [[ -z $sanitizer && -x $c ]] && sanitizer=$c
+  done
+fi
+
+failed=0
+summary=$logdir/gpu-check-summary.txt
+: >"$summary"
+
+# stage NAME KIND COMMAND...   KIND: gtest (checks gtest's verdict and skips) or plain.
+stage() {
+  local name=$1 kind=$2
+  shift 2
+  local log=$logdir/gpu-check-$name.log
+  local t0 t1 rc verdict detail
+  t0=$(date +%s.%N)
+  "$@" >"$log" 2>&1
+  rc=$?
+  t1=$(date +%s.%N)
+  verdict=PASS
+  detail=$(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test|ERROR SUMMARY|[0-9]+ passed, [0-9]+ failed' "$log" |
+    tr '\n' ' ' | sed 's/  */ /g; s/ $//')
+  ((rc == 0)) || verdict=FAIL
+  if [[ $kind == gtest ]]; then
+    if grep -q 'no CUDA device: GPU test skipped' "$log"; then
+      verdict=FAIL
+      detail="tests skipped: no CUDA device visible; $detail"
+    elif ! grep -q '^\[  PASSED  \]' "$log"; then
+      verdict=FAIL
+    fi
+  fi
+  [[ $verdict == PASS ]] || failed=1
+  local line
+  line=$(printf '%-4s %-12s %7ss  rc=%-3s %s  (log: %s)' "$verdict" "$name" \
+    "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" "$rc" \
+    "${detail:-no summary line}" "$log")
+  echo "$line" | tee -a "$summary"
+}
+
+missing() {
+  echo "FAIL $1  ($2)" | tee -a "$summary"
+  failed=1
+}
+
+if [[ ! -x $tests_bin ]]; then
+  missing gpu-tests "$tests_bin not found: build the target linmeta_gpu_tests"
+else
+  stage gpu-tests gtest "$tests_bin" --gtest_color=no "${gpu_test_args[@]}"
+fi
+
+if [[ ! -x $replay_bin ]]; then
+  missing replay-cuda "$replay_bin not found: build the target linmeta-replay"
+else
+  stage replay-cuda plain "$replay_bin" check tests/data/public.jsonl --target cuda
+fi
+
+if [[ -z $sanitizer ]]; then
+  missing sanitizers "compute-sanitizer not found (set COMPUTE_SANITIZER)"
+elif [[ -x $tests_bin ]]; then
+  export LINMETA_RANDOM_STEPS=$san_steps
+  args=(--gtest_color=no "--gtest_filter=$san_filter")
+  stage memcheck gtest "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$tests_bin" "${args[@]}"
+  stage racecheck gtest "$sanitizer" --tool racecheck --error-exitcode 1 "$tests_bin" "${args[@]}"
+  stage initcheck gtest "$sanitizer" --tool initcheck --error-exitcode 1 "$tests_bin" "${args[@]}"
+  unset LINMETA_RANDOM_STEPS
+fi
+
+if ((failed)); then
+  echo "gpu-check: FAILED (logs in $logdir)"
+  exit 1
+fi
+echo "gpu-check: all stages passed (logs in $logdir)"

@@ -1,0 +1,210 @@
+// Asynchrony of the cuda target: builds enqueued back to back on one stream (the
+// pinned staging ring must never hand out a slot a pending copy still reads), and
+// builds that return while the stream is still busy (no host synchronisation).
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <tuple>
+
+#include "gpu_support.hpp"
+#include "spin_kernel.hpp"
+
+namespace linmeta::gputest {
+namespace {
+
+using linmeta::testing::random_step;
+using linmeta::testing::RandomStepOptions;
+
+/// Configurations that exercise spec decoding, FULL-graph staging, align mode and
+/// (KDA) RecoverSSM with checkpoints.
+Config async_config(BuilderKind kind) {
+  Config c;
+  c.max_num_seqs = 64;
+  c.full_cuda_graph = true;
+  c.mamba_cache_mode = CacheMode::Align;
+  if (kind == BuilderKind::Gdn) {
+    c.num_spec = 2;
+    c.block_size = 16;
+    c.num_speculative_blocks = 2;
+    c.chunk_metadata = true;
+  } else {
+    c.num_spec = 3;
+    c.block_size = 64;
+    c.use_recoverssm = true;
+    c.num_speculative_blocks = 0;
+    c.num_prefill_checkpoint_blocks = 1;
+    c.chunk_metadata = false;
+  }
+  c.max_num_batched_tokens = std::max(4096, c.max_num_seqs * (c.num_spec + 1) + 16);
+  return c;
+}
+
+std::vector<RandomStep> random_steps(BuilderKind kind, const Config& cfg, int32_t groups, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  RandomStepOptions o;
+  o.kind = kind;
+  o.num_groups = groups;
+  std::vector<RandomStep> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(random_step(rng, cfg, o));
+    if (out.back().config.max_num_batched_tokens != cfg.max_num_batched_tokens)
+      throw std::runtime_error("random_step changed the configuration");
+  }
+  return out;
+}
+
+/// Sets the flag a spin kernel waits on when it goes out of scope (early exits too).
+struct Release {
+  volatile int* flag;
+  ~Release() {
+    *flag = 1;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+};
+
+// ---- (a) ring safety ---------------------------------------------------------------
+
+using RingParam = std::tuple<BuilderKind, int32_t /*groups*/, int32_t /*staging slots*/>;
+class RingSafetyGpu : public GpuParamTest<RingParam> {};
+
+TEST_P(RingSafetyGpu, BackToBackBuildsWithoutSyncMatchSynchronisedHostBuilds) {
+  const auto [kind, G, slots] = GetParam();
+  constexpr int kSteps = 64;
+  const Config cfg = async_config(kind);
+  const auto steps = random_steps(kind, cfg, G, kSteps, 0xa5a5u + static_cast<uint32_t>(G * 16 + slots));
+
+  // Every step keeps its own device inputs: the finish kernels read them later.
+  std::vector<DeviceStep> dev(kSteps);
+  for (int i = 0; i < kSteps; ++i) dev[static_cast<size_t>(i)].upload(steps[static_cast<size_t>(i)]);
+
+  BuilderOptions co;
+  co.target = Target::Cuda;
+  co.num_groups = G;
+  co.staging_slots = slots;
+  BuilderOptions ho = co;
+  ho.target = Target::Host;
+  MetadataBuilder cuda(kind, cfg, co);
+  MetadataBuilder host(kind, cfg, ho);
+  StreamHandle stream;
+  SnapshotArea dev_snap(Target::Cuda, size_t{64} << 20);
+  SnapshotArea host_snap(Target::Host, size_t{64} << 20);
+
+  // Hold the stream for a while so that the host runs ahead of the device and the
+  // ring wraps while earlier copies are still pending.
+  MappedHost<int> never(1), state(2);
+  launch_spin(stream.get(), never.device(), state.device(), 20'000'000);
+  for (int i = 0; i < kSteps; ++i) {
+    const auto u = static_cast<size_t>(i);
+    const auto ms = build_step(cuda, steps[u], dev[u].step, dev[u].tables, G == 1, stream.get());
+    for (const auto& m : ms) dev_snap.take(m, stream.get());
+  }
+  stream.sync();
+  EXPECT_EQ(state.host()[1], 2) << "the spin kernel should have run to its time limit";
+
+  for (int i = 0; i < kSteps; ++i) {
+    const auto& r = steps[static_cast<size_t>(i)];
+    const Step hs = r.host_step();
+    const auto ht = r.host_tables();
+    for (const auto& m : build_step(host, r, hs, ht, G == 1, nullptr)) host_snap.take(m, nullptr);
+  }
+  const HostMetadata got = dev_snap.collect();
+  const HostMetadata want = host_snap.collect();
+  ASSERT_EQ(got.groups.size(), static_cast<size_t>(kSteps * G));
+  ASSERT_EQ(want.groups.size(), got.groups.size());
+  int failures = 0;
+  for (size_t k = 0; k < got.groups.size() && failures < 5; ++k) {
+    const std::string report = mismatch(got.groups[k], want.groups[k], kind);
+    if (!report.empty()) {
+      ++failures;
+      ADD_FAILURE() << "step " << k / static_cast<size_t>(G) << " group " << k % static_cast<size_t>(G) << ": "
+                    << report;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Async, RingSafetyGpu,
+                         ::testing::Combine(::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
+                                            ::testing::Values(1, 4), ::testing::Values(1, 4)),
+                         [](const ::testing::TestParamInfo<RingParam>& i) {
+                           return std::string(kind_name(std::get<0>(i.param))) + "_G" +
+                                  std::to_string(std::get<1>(i.param)) + "_slots" +
+                                  std::to_string(std::get<2>(i.param));
+                         });
+
+// ---- (b) no host synchronisation ------------------------------------------------------
+
+using NoSyncParam = std::tuple<BuilderKind, int32_t /*staging slots*/>;
+class NoSyncGpu : public GpuParamTest<NoSyncParam> {};
+
+TEST_P(NoSyncGpu, BuildsReturnWhileTheStreamIsBusy) {
+  const auto [kind, slots] = GetParam();
+  constexpr long long kSpinNs = 2'000'000'000;  // the spin kernel's own time limit
+  const Config cfg = async_config(kind);
+  const int n = 2 * slots + slots;
+  const auto steps = random_steps(kind, cfg, 1, n, 0xb0b0u + static_cast<uint32_t>(slots));
+  std::vector<DeviceStep> dev(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) dev[static_cast<size_t>(i)].upload(steps[static_cast<size_t>(i)]);
+
+  BuilderOptions co;
+  co.target = Target::Cuda;
+  co.staging_slots = slots;
+  MetadataBuilder cuda(kind, cfg, co);
+  StreamHandle stream;
+  // Warm-up: every staging slot used once and finished.
+  for (int i = 0; i < 2 * slots; ++i) {
+    const auto u = static_cast<size_t>(i);
+    build_step(cuda, steps[u], dev[u].step, dev[u].tables, true, stream.get());
+  }
+  stream.sync();
+
+  MappedHost<int> flag(1), state(2);
+  int builds = 0;
+  double elapsed = 0;
+  HostMetadata last;  // views of the last build (device memory), read after the release
+  bool busy_after = false;
+  int state_after = -1;
+  {
+    const Release release{flag.host()};
+    launch_spin(stream.get(), flag.device(), state.device(), kSpinNs);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 2 * slots; i < 2 * slots + slots - 1; ++i, ++builds) {
+      const auto u = static_cast<size_t>(i);
+      const auto ms = build_step(cuda, steps[u], dev[u].step, dev[u].tables, true, stream.get());
+      last.groups.assign(ms.begin(), ms.end());
+      last.own_nums();
+    }
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state_after = state.host()[1];
+    busy_after = cudaStreamQuery(stream.get()) == cudaErrorNotReady;
+  }  // releases the spin kernel
+  stream.sync();
+  EXPECT_EQ(builds, slots - 1);
+  EXPECT_LT(elapsed, 0.25) << "staging_slots - 1 = " << slots - 1 << " builds took " << elapsed
+                           << " s while a " << kSpinNs / 1e9 << " s spin kernel held the stream";
+  EXPECT_EQ(state_after, 0) << "the spin kernel ended before the builds returned";
+  EXPECT_TRUE(busy_after) << "the stream was idle right after the builds";
+  EXPECT_EQ(state.host()[1], 1) << "the spin kernel timed out instead of being released";
+
+  // The last build, finished after the release, is right.
+  if (slots > 1) {
+    const auto& r = steps[static_cast<size_t>(2 * slots + slots - 2)];
+    BuilderOptions ho;
+    MetadataBuilder host(kind, cfg, ho);
+    const Step hs = r.host_step();
+    const auto ht = r.host_tables();
+    const auto want = read_back(build_step(host, r, hs, ht, true, nullptr));
+    const auto got = read_back(last.groups);
+    EXPECT_EQ(mismatch(got.groups[0], want.groups[0], kind), "");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Async, NoSyncGpu,
+                         ::testing::Combine(::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
+                                            ::testing::Values(2, 4, 8)),
+                         [](const ::testing::TestParamInfo<NoSyncParam>& i) {
+                           return std::string(kind_name(std::get<0>(i.param))) + "_slots" +
+                                  std::to_string(std::get<1>(i.param));
+                         });
+
+}  // namespace
+}  // namespace linmeta::gputest

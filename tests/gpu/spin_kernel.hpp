@@ -1,0 +1,14 @@
+// A one-thread kernel that keeps a stream busy: it spins until the host writes a
+// non-zero release flag (mapped pinned memory) or `max_ns` of GPU time pass.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace linmeta::gputest {
+
+/// state[0] becomes 1 once the kernel runs; state[1] becomes 1 when it ended on
+/// the release flag, 2 when it timed out. `release` and `state` are device
+/// addresses of mapped host memory (state: 2 ints). Throws on a launch error.
+void launch_spin(cudaStream_t stream, const int* release, int* state, long long max_ns);
+
+}  // namespace linmeta::gputest
