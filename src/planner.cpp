@@ -1,6 +1,7 @@
 // SPEC §4–8: classification of a step into decode / spec-decode / prefill rows,
 // for both builders. The GDN and KDA rules differ only where a `kind` test says so.
 #include <algorithm>
+#include <cstdint>
 
 #include "capacity.hpp"
 #include "cumsum.hpp"
@@ -24,14 +25,10 @@ struct Ctx {
   Capacity cap;
   StepPlan& p;
 
+  const int32_t* drafts = nullptr;     ///< the step's drafts, ql - 1 for a capture, or null
+  const bool* prefilling = nullptr;    ///< is_prefilling, all false when absent
+
   [[nodiscard]] bool kda() const { return kind == BuilderKind::Kda; }
-  [[nodiscard]] bool have_drafts() const { return capture || !s.num_decode_draft_tokens.empty(); }
-  [[nodiscard]] int32_t draft(int32_t r) const {
-    return capture ? p.ql(r) - 1 : s.num_decode_draft_tokens[r];
-  }
-  [[nodiscard]] bool prefilling(int32_t r) const {
-    return !s.is_prefilling.empty() && s.is_prefilling[r];
-  }
 };
 
 void reset(StepPlan& p) {
@@ -57,18 +54,17 @@ void reset(StepPlan& p) {
 /// SPEC §7 A / §8: fills p.mask and returns the number of spec rows (0: no spec path).
 int32_t detect_spec(Ctx& x) {
   StepPlan& p = x.p;
-  if (x.c.num_spec == 0 || !x.have_drafts()) return 0;
+  if (x.c.num_spec == 0 || x.drafts == nullptr) return 0;
   const bool recover = x.kda() && x.c.use_recoverssm;
   if (recover) require_is_prefilling(x.s, "by KDA RecoverSSM spec detection");
   int32_t count = 0;
   int64_t drafts = 0;
   for (int32_t r = 0; r < p.num_reqs; ++r) {
-    const bool spec = x.draft(r) >= 0 || (recover && !x.prefilling(r) && p.ql(r) > 0);
-    p.mask[r] = spec ? 1 : 0;
-    if (spec) {
-      ++count;
-      drafts += x.draft(r);
-    }
+    const int32_t d = x.drafts[r];
+    const bool spec = d >= 0 || (recover && !x.prefilling[r] && p.ql(r) > 0);
+    p.mask[r] = spec;
+    count += spec;
+    drafts += spec ? d : 0;
   }
   // GDN: no spec rows or no draft at all -> regular path. KDA: only without RecoverSSM,
   // which must keep its extended conv window even for draftless rows.
@@ -83,13 +79,13 @@ void plan_no_spec(Ctx& x) {
   Split sp;
   if (x.kda()) {
     sp = split_decodes_and_prefills(qsl, p.num_actual_tokens, kKdaTreatShortExtendsAsDecodes,
-                                    [&](int32_t r) { return x.prefilling(r); });
+                                    [&](int32_t r) { return x.prefilling[r]; });
   } else {
     // Fresh-prompt rule: a first chunk is a prefill even at one token, so that
     // recycled state is masked. Capture batches also have seq_len == ql but no
     // is_prefilling, so they stay decodes.
     auto no_prior = [&](int32_t r) {
-      return x.prefilling(r) && p.ql(r) > 0 && x.s.seq_lens_cpu_upper_bound[r] <= p.ql(r);
+      return x.prefilling[r] && p.ql(r) > 0 && x.s.seq_lens_cpu_upper_bound[r] <= p.ql(r);
     };
     sp = split_decodes_and_prefills(qsl, p.num_actual_tokens, false, no_prior);
     if (sp.num_prefills > 0) {  // drop trailing padding from the prefill counts
@@ -113,6 +109,58 @@ void plan_no_spec(Ctx& x) {
   p.ns_qsl_output = true;
 }
 
+struct RowStats {
+  int32_t spec = 0, non_spec = 0, ones = 0, zeros = 0, not_one = 0, prefilling = 0;
+  int32_t longest = 0;         ///< longest spec row
+  int32_t shortest = INT32_MAX;///< shortest spec row
+  int32_t spec_prefix = 0;     ///< spec rows among the first `spec` rows (computed after)
+  int32_t ns_tokens = 0;       ///< fits: tokens <= max_num_batched_tokens
+};
+
+/// Counts over the spec mask, branch-free so that it vectorises.
+RowStats row_stats(const StepPlan& p, const bool* prefilling, bool keep_padding) {
+  const int32_t n = p.num_reqs;
+  const int32_t* qsl = p.qsl.data();
+  const int32_t* mask = p.mask.data();
+  const auto* pf = reinterpret_cast<const uint8_t*>(prefilling);
+  const int32_t keep = keep_padding ? 1 : 0;
+  int32_t spec_n = 0, non_spec_n = 0, ones = 0, zeros = 0, not_one = 0, pref = 0, tokens = 0;
+  int32_t longest = 0, shortest = INT32_MAX;
+  for (int32_t r = 0; r < n; ++r) {
+    const int32_t q = qsl[r + 1] - qsl[r];
+    const int32_t spec = mask[r];
+    const int32_t non_spec = (1 - spec) & (keep | (q > 0));
+    spec_n += spec;
+    non_spec_n += non_spec;
+    ones += non_spec & (q == 1);
+    zeros += non_spec & (q == 0);
+    not_one += non_spec & (q != 1);
+    pref += non_spec & pf[r];
+    tokens += non_spec * q;
+    longest = std::max(longest, spec * q);
+    shortest = std::min(shortest, spec != 0 ? q : INT32_MAX);
+  }
+  RowStats st{spec_n, non_spec_n, ones, zeros, not_one, pref, longest, shortest, 0, tokens};
+  for (int32_t r = 0; r < st.spec; ++r) st.spec_prefix += p.mask[r];
+  return st;
+}
+
+/// The spec rows and the non-spec rows (padding kept or dropped), in order.
+void fill_row_lists(StepPlan& p, bool keep_padding) {
+  int32_t sp = 0, ns = 0;
+  for (int32_t r = 0; r < p.num_reqs; ++r) {
+    const bool spec = p.mask[r] != 0;
+    p.sp_rows.idx[sp] = r;
+    p.ns_rows.idx[ns] = r;
+    sp += spec;
+    ns += !spec && (keep_padding || p.ql(r) > 0);
+  }
+  p.sp_rows.n = sp;
+  p.sp_rows.identity = false;
+  p.ns_rows.n = ns;
+  p.ns_rows.identity = false;
+}
+
 void fill_cumsum(const StepPlan& p, const RowList& rows, Cumsum& out) {
   out.v[0] = 0;
   for (int32_t i = 0; i < rows.n; ++i) out.v[i + 1] = out.v[i] + p.ql(rows[i]);
@@ -127,27 +175,16 @@ void plan_spec(Ctx& x) {
   const int32_t S = x.cap.spec_cols;
   if (!x.capture) require_accepted(x.s);
 
-  // Spec rows and non-spec rows (GDN keeps zero-length padding, KDA drops it).
-  int32_t ns = 0, sp = 0;
-  int64_t ns_tokens = 0;
-  bool any_prefilling = false, any_not_one = false;
-  int32_t ones = 0, zeros = 0;
-  for (int32_t r = 0; r < n; ++r) {
-    const int32_t q = p.ql(r);
-    if (p.mask[r]) {
-      check_spec_row_length(x.c, x.kind, r, q);
-      p.sp_rows.idx[sp++] = r;
-    } else if (!x.kda() || q > 0) {
-      p.ns_rows.idx[ns++] = r;
-      ns_tokens += q;
-      ones += q == 1 ? 1 : 0;
-      zeros += q == 0 ? 1 : 0;
-      any_prefilling = any_prefilling || x.prefilling(r);
-      any_not_one = any_not_one || q != 1;
-    }
-  }
-  p.sp_rows.n = sp;
-  p.ns_rows.n = ns;
+  // Row statistics in one vectorisable pass (GDN keeps zero-length padding as
+  // non-spec rows, KDA drops it); row lists are written only when they are needed.
+  const RowStats st = row_stats(p, x.prefilling, !x.kda());
+  const int32_t sp = st.spec, ns = st.non_spec;
+  const int32_t ns_tokens = st.ns_tokens;
+  const int32_t ones = st.ones, zeros = st.zeros;
+  const bool any_prefilling = st.prefilling > 0, any_not_one = st.not_one > 0;
+  if (st.longest > x.c.num_spec + 1)
+    for (int32_t r = 0; r < n; ++r)
+      if (p.mask[r]) check_spec_row_length(x.c, x.kind, r, p.ql(r));
   p.num_spec_decodes = sp;
 
   if (x.kda()) {
@@ -172,10 +209,8 @@ void plan_spec(Ctx& x) {
       p.num_decodes = p.num_decode_tokens = 0;
     }
     p.mask_output = true;
-    const int32_t first = p.ql(p.sp_rows.idx[0]);
-    bool uniform = first > 0;
-    for (int32_t j = 1; j < sp && uniform; ++j) uniform = p.ql(p.sp_rows.idx[j]) == first;
-    p.uniform_spec_len = uniform ? first : -1;
+    // The common length of every spec row, if positive.
+    p.uniform_spec_len = st.shortest == st.longest && st.shortest > 0 ? st.shortest : -1;
   }
   p.num_spec_decode_tokens = p.total_tokens - p.num_prefill_tokens - p.num_decode_tokens;
 
@@ -185,9 +220,12 @@ void plan_spec(Ctx& x) {
     p.sp_qsl.n = sp;
     p.sp_qsl.is_qsl = true;
     p.sp_qsl.present = true;
-    if (x.kda()) {
-      p.sp_rows.identity = true;  // the seed takes the first N rows
-    } else {
+    // KDA takes the first N rows; GDN the masked rows, which are those unless a
+    // zero-length row precedes a spec row.
+    p.sp_rows.n = sp;
+    p.sp_rows.identity = x.kda() || st.spec_prefix == sp;
+    if (!p.sp_rows.identity) fill_row_lists(p, !x.kda());
+    if (!x.kda()) {
       p.tokens = StepPlan::Tokens::Arange;
       p.arange_len = std::min(sp * S, p.total_tokens);
     }
@@ -196,6 +234,7 @@ void plan_spec(Ctx& x) {
   p.path = Path::Mixed;
   p.tokens = StepPlan::Tokens::Partition;
   p.ns_state = true;
+  fill_row_lists(p, !x.kda());
   fill_cumsum(p, p.sp_rows, p.sp_qsl);
   fill_cumsum(p, p.ns_rows, p.ns_qsl);
   // KDA packed decode consumes one row per request: no non-spec cumsum output.
@@ -293,6 +332,8 @@ void reserve_plan(StepPlan& p, const Config& c) {
   p.conv_offsets.assign(R + 1, 0);
   p.cp_offsets.assign(R, 0);
   p.cp_cols.assign(R, 0);
+  p.capture_drafts.assign(R, 0);
+  p.no_prefilling.assign(R, 0);
 }
 
 void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
@@ -308,14 +349,25 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
   p.spec_state_cols = x.cap.spec_cols;
 
   // The aligned state gather reads num_speculative_blocks + 1 columns of every row
-  // from the block of its last token; the host upper bound bounds the device seq_len.
+  // from the block of its last token; the host upper bound bounds the device seq_len,
+  // and the longest sequence needs the widest table.
   p.width = WidthNeed{};
   if (c.mamba_cache_mode == CacheMode::Align) {
-    for (int32_t r = 0; r < p.num_reqs; ++r) {
-      const int32_t seq = s.seq_lens_cpu_upper_bound[r];
-      const int32_t start = seq > 0 ? (seq - 1) / c.block_size : 0;
-      p.width.need(start + c.num_speculative_blocks + 1, r, "the aligned state gather");
-    }
+    const auto& seq = s.seq_lens_cpu_upper_bound;
+    const auto longest = std::max_element(seq.begin(), seq.end());
+    const int32_t start = *longest > 0 ? (*longest - 1) / c.block_size : 0;
+    p.width.need(start + c.num_speculative_blocks + 1,
+                 static_cast<int32_t>(longest - seq.begin()), "the aligned state gather");
+  }
+  // Drafts (a capture build derives them) and is_prefilling, as plain arrays.
+  x.prefilling = s.is_prefilling.empty() ? reinterpret_cast<const bool*>(p.no_prefilling.data())
+                                         : s.is_prefilling.data();
+  x.drafts = nullptr;
+  if (capture) {
+    for (int32_t r = 0; r < p.num_reqs; ++r) p.capture_drafts[r] = p.ql(r) - 1;
+    x.drafts = p.capture_drafts.data();
+  } else if (!s.num_decode_draft_tokens.empty()) {
+    x.drafts = s.num_decode_draft_tokens.data();
   }
 
   const int32_t spec_rows = detect_spec(x);

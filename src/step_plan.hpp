@@ -41,6 +41,8 @@ struct StepPlan : StepCounts {
 
   std::vector<int32_t> qsl;       ///< [num_reqs + 1] host copy
   std::vector<int32_t> mask;      ///< [num_reqs] spec mask (0/1), valid on the spec path
+  std::vector<int32_t> capture_drafts;  ///< [num_reqs] ql - 1 of a capture build
+  std::vector<uint8_t> no_prefilling;   ///< [max_num_seqs] zeros: is_prefilling when absent
   bool mask_output = false;       ///< spec_sequence_masks is an output (GDN spec path)
 
   RowList ns_rows;                ///< rows behind non_spec_* arrays

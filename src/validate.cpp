@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "capacity.hpp"
 #include "linmeta/error.hpp"
 
@@ -56,26 +58,32 @@ void validate_step(const Config& c, BuilderKind /*kind*/, const Step& s, bool ca
   sized("is_prefilling", s.is_prefilling.size(), true);
   sized("num_decode_draft_tokens", s.num_decode_draft_tokens.size(), true);
 
+  // Row checks run as reductions; the offending row is searched for only on failure.
   const auto& q = s.query_start_loc_cpu;
   if (q[0] != 0) fail(fmt::format("query_start_loc_cpu[0] = {} must be 0", q[0]));
-  for (int32_t r = 0; r < n; ++r)
-    if (q[r + 1] < q[r])
-      fail(fmt::format("query_start_loc_cpu decreases at row {}: [{}] = {} > [{}] = {}", r, r,
-                       q[r], r + 1, q[r + 1]));
+  int32_t min_len = 0;
+  for (int32_t r = 0; r < n; ++r) min_len = std::min(min_len, q[r + 1] - q[r]);
+  if (min_len < 0)
+    for (int32_t r = 0; r < n; ++r)
+      if (q[r + 1] < q[r])
+        fail(fmt::format("query_start_loc_cpu decreases at row {}: [{}] = {} > [{}] = {}", r, r,
+                         q[r], r + 1, q[r + 1]));
   if (s.num_actual_tokens < q[n])
     fail(fmt::format("num_actual_tokens = {} is below the query total query_start_loc_cpu[{}] = {}",
                      s.num_actual_tokens, n, q[n]));
   if (s.num_actual_tokens > c.max_num_batched_tokens)
     fail(fmt::format("num_actual_tokens = {} exceeds the capacity max_num_batched_tokens = {}",
                      s.num_actual_tokens, c.max_num_batched_tokens));
-  for (int32_t r = 0; r < n; ++r) {
-    if (s.seq_lens_cpu_upper_bound[r] < 0)
-      fail(fmt::format("seq_lens_cpu_upper_bound[{}] = {} is negative", r,
-                       s.seq_lens_cpu_upper_bound[r]));
-    if (!s.num_decode_draft_tokens.empty() && s.num_decode_draft_tokens[r] < -1)
-      fail(fmt::format("num_decode_draft_tokens[{}] = {} is below -1", r,
-                       s.num_decode_draft_tokens[r]));
-  }
+  auto check_min = [](std::span<const int32_t> v, int32_t lowest, const char* field,
+                      const char* what) {
+    int32_t least = lowest;
+    for (const int32_t x : v) least = std::min(least, x);
+    if (least >= lowest) return;
+    const auto r = std::find_if(v.begin(), v.end(), [&](int32_t x) { return x < lowest; }) - v.begin();
+    fail(fmt::format("{}[{}] = {} {}", field, r, v[static_cast<size_t>(r)], what));
+  };
+  check_min(s.seq_lens_cpu_upper_bound, 0, "seq_lens_cpu_upper_bound", "is negative");
+  check_min(s.num_decode_draft_tokens, -1, "num_decode_draft_tokens", "is below -1");
   if (capture) {
     const int32_t d = c.decode_cudagraph_max_bs();
     if (n > d || s.num_actual_tokens > d)
