@@ -20,10 +20,10 @@ constexpr std::string_view kNone = "-";
 
 // Reference targets on an H200 (the issue): headline step, decode-only B=1024, per-row slope.
 constexpr std::string_view kHeadline = "gdn/spec-k3/B256/align/G4/fullgraph";
-constexpr std::string_view kDecode1 = "gdn/decode/B1/none/G1/fullgraph";
 constexpr std::string_view kDecode1024 = "gdn/decode/B1024/none/G1/fullgraph";
-constexpr std::string_view kSpec1 = "gdn/spec-k3/B1/align/G1/fullgraph";
-constexpr std::string_view kSpec256 = "gdn/spec-k3/B256/align/G1/fullgraph";
+// Families fitted for the per-row slope: prefix, suffix around "B<rows>".
+constexpr std::string_view kDecodeFamily[2] = {"gdn/decode/B", "/none/G1/fullgraph"};
+constexpr std::string_view kSpecFamily[2] = {"gdn/spec-k3/B", "/align/G1/fullgraph"};
 constexpr double kHeadlineHostUs = 10, kHeadlineGraphUs = 5, kHeadlineFloorRatio = 1.5;
 constexpr double kDecode1024HostUs = 8, kNsPerRow = 5;
 
@@ -204,16 +204,42 @@ void print_targets(std::FILE* out, std::span<const Result> results, const RunInf
   if (const Result* d = find(results, kDecode1024))
     lines.push_back(fmt::format("{}: host {} us (target <= {:.0f}){}", kDecode1024, us(d->total.median),
                                 kDecode1024HostUs, verdict(d->total.median, kDecode1024HostUs)));
-  auto slope = [&](std::string_view a, std::string_view b, const char* what) {
-    const Result* ra = find(results, a);
-    const Result* rb = find(results, b);
-    if (ra == nullptr || rb == nullptr || rb->rows <= ra->rows) return;
-    const double ns = 1000.0 * (rb->total.median - ra->total.median) / (rb->rows - ra->rows);
-    lines.push_back(fmt::format("host time per row, {} B{} -> B{}: {:.2f} ns/row (target <= {:.0f}){}",
-                                what, ra->rows, rb->rows, ns, kNsPerRow, verdict(ns, kNsPerRow)));
+  // Least-squares slope of the host medians over one family of workloads (names
+  // prefix + "B<rows>" + suffix), total and plan phase.
+  auto slope = [&](std::string_view prefix, std::string_view suffix, const char* what) {
+    std::vector<const Result*> pts;
+    for (const Result& r : results) {
+      const std::string_view n = r.workload->name;
+      if (r.error.empty() && n.size() > prefix.size() + suffix.size() && n.starts_with(prefix) &&
+          n.ends_with(suffix))
+        pts.push_back(&r);
+    }
+    if (pts.size() < 2) return;
+    auto fit = [&](auto value) {
+      double mx = 0, my = 0;
+      for (const Result* r : pts) {
+        mx += r->rows;
+        my += value(*r);
+      }
+      mx /= static_cast<double>(pts.size());
+      my /= static_cast<double>(pts.size());
+      double sxy = 0, sxx = 0;
+      for (const Result* r : pts) {
+        sxy += (r->rows - mx) * (value(*r) - my);
+        sxx += (r->rows - mx) * (r->rows - mx);
+      }
+      return sxx > 0 ? 1000.0 * sxy / sxx : std::numeric_limits<double>::quiet_NaN();
+    };
+    const double total = fit([](const Result& r) { return r.total.median; });
+    const double plan = fit([](const Result& r) { return r.plan.median; });
+    std::string rows;
+    for (const Result* r : pts) rows += fmt::format("{}B{}", rows.empty() ? "" : ",", r->rows);
+    lines.push_back(fmt::format("host time per row, {} ({}, least squares): {:.2f} ns/row (target <= {:.0f}){}; "
+                                "plan phase {:.2f} ns/row",
+                                what, rows, total, kNsPerRow, verdict(total, kNsPerRow), plan));
   };
-  slope(kDecode1, kDecode1024, "decode");
-  slope(kSpec1, kSpec256, "spec-k3 align");
+  slope(kDecodeFamily[0], kDecodeFamily[1], "decode");
+  slope(kSpecFamily[0], kSpecFamily[1], "spec-k3 align");
   for (const Result& r : results)
     if (r.error.empty() && r.workload->vllm_py_us > 0)
       lines.push_back(fmt::format("{}: vLLM Python builder {:.0f} us / {} us = {:.0f}x", r.workload->name,
