@@ -1,5 +1,11 @@
-// The finish kernel: block b runs the job whose block range holds b. All logic
+// The finish kernels: block b runs the job whose block range holds b. All logic
 // is in finish_job.cuh; this file only maps threads to elements and launches.
+//
+// Small step arenas travel inside the kernel parameters (sm_70+ and CUDA 12.1+
+// allow 32 KiB of them): the launch itself uploads the step, with no copy-engine
+// transfer and no cross-engine wait, and a captured graph keeps the step in its
+// kernel node. Larger arenas are copied to device memory first.
+#include <cstring>
 #include <string>
 
 #include "finish_launch.hpp"
@@ -7,26 +13,64 @@
 
 namespace linmeta::detail {
 
-static_assert(sizeof(FinishParams) <= 4096, "FinishParams must fit the classic kernel parameter limit");
+namespace {
 
-__global__ void __launch_bounds__(kFinishThreads) finish_kernel(const __grid_constant__ FinishParams p) {
-  const int32_t b = static_cast<int32_t>(blockIdx.x);
-  int32_t j = 0;
-  while (j + 1 < p.num_jobs && p.job_block_start[j + 1] <= b) ++j;
-  const Job& job = p.jobs[j];
-  const int32_t per_group = (job.count + kFinishThreads - 1) / kFinishThreads;
-  const int32_t local = b - p.job_block_start[j];
-  const int32_t group = job.per_group ? p.group_begin + local / per_group : 0;
-  const int32_t e = (local % per_group) * kFinishThreads + static_cast<int32_t>(threadIdx.x);
-  if (e < job.count) run_element(p, job, group, e);
+template <int32_t Words>
+struct alignas(16) InlineArena {
+  int32_t words[Words];
+};
+
+// Arena sizes with a kernel each; the launch sends the smallest that fits.
+constexpr int32_t kInlineTiers[] = {256, 1024, 2048, 4096, 7168};
+static_assert(sizeof(FinishParams) + sizeof(InlineArena<7168>) <= 32764,
+              "kernel parameters are limited to 32764 bytes");
+
+__global__ void __launch_bounds__(kFinishThreads)
+    finish_kernel(const __grid_constant__ FinishParams p) {
+  run_block_element(p, p.arena, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(threadIdx.x));
 }
 
-void launch_finish(const FinishParams& params, cudaStream_t stream) {
-  if (params.num_blocks == 0) return;
-  finish_kernel<<<params.num_blocks, kFinishThreads, 0, stream>>>(params);
+template <int32_t Words>
+__global__ void __launch_bounds__(kFinishThreads)
+    finish_inline_kernel(const __grid_constant__ FinishParams p,
+                         const __grid_constant__ InlineArena<Words> a) {
+  run_block_element(p, a.words, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(threadIdx.x));
+}
+
+void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
-    throw Error(std::string("linmeta: finish kernel launch failed: ") + cudaGetErrorString(err));
+    throw Error(std::string("linmeta: ") + what + " launch failed: " + cudaGetErrorString(err));
+}
+
+template <int32_t Words>
+void launch_tier(const FinishParams& p, const int32_t* arena, int32_t words, cudaStream_t stream) {
+  InlineArena<Words> a;
+  std::memcpy(a.words, arena, sizeof(int32_t) * static_cast<size_t>(words));
+  std::memset(a.words + words, 0, sizeof(int32_t) * static_cast<size_t>(Words - words));
+  finish_inline_kernel<Words><<<p.num_blocks, kFinishThreads, 0, stream>>>(p, a);
+  check_launch("finish kernel (inline arena)");
+}
+
+}  // namespace
+
+int32_t max_inline_arena_words() { return kInlineTiers[4]; }
+
+void launch_finish_inline(const FinishParams& p, const int32_t* arena, int32_t words,
+                          cudaStream_t stream) {
+  if (p.num_blocks == 0) return;
+  if (words <= kInlineTiers[0]) return launch_tier<kInlineTiers[0]>(p, arena, words, stream);
+  if (words <= kInlineTiers[1]) return launch_tier<kInlineTiers[1]>(p, arena, words, stream);
+  if (words <= kInlineTiers[2]) return launch_tier<kInlineTiers[2]>(p, arena, words, stream);
+  if (words <= kInlineTiers[3]) return launch_tier<kInlineTiers[3]>(p, arena, words, stream);
+  if (words <= kInlineTiers[4]) return launch_tier<kInlineTiers[4]>(p, arena, words, stream);
+  throw Error("linmeta: internal error: arena too large for the kernel parameters");
+}
+
+void launch_finish(const FinishParams& p, cudaStream_t stream) {
+  if (p.num_blocks == 0) return;
+  finish_kernel<<<p.num_blocks, kFinishThreads, 0, stream>>>(p);
+  check_launch("finish kernel");
 }
 
 }  // namespace linmeta::detail

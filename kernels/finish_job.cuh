@@ -59,7 +59,7 @@ inline constexpr int kFinishThreads = 256;
 /// Everything the finish step reads besides the arena. Passed by value as the
 /// kernel parameter (under 4 KiB).
 struct FinishParams {
-  const int32_t* arena = nullptr;      ///< the step arena (uploaded plan)
+  const int32_t* arena = nullptr;      ///< the step arena in device memory (copy path) or host memory
   const int32_t* seq_lens = nullptr;   ///< device seq_lens [num_reqs]
   const int32_t* accepted = nullptr;   ///< device accepted counts [num_reqs] or null
   char* buffers = nullptr;             ///< base of the builder's output block
@@ -79,16 +79,18 @@ struct FinishParams {
 
 // ---- per-element logic --------------------------------------------------------
 
-LINMETA_HD inline int32_t query_len(const FinishParams& p, int32_t row) {
-  return p.arena[p.qsl + row + 1] - p.arena[p.qsl + row];
+// `a` is the step arena: host memory, device memory, or the kernel's parameter space.
+
+LINMETA_HD inline int32_t query_len(const FinishParams& p, const int32_t* a, int32_t row) {
+  return a[p.qsl + row + 1] - a[p.qsl + row];
 }
 
-LINMETA_HD inline int32_t row_of(const FinishParams& p, const Job& j, int32_t i) {
-  return j.rows < 0 ? i : p.arena[j.rows + i];
+LINMETA_HD inline int32_t row_of(const int32_t* a, const Job& j, int32_t i) {
+  return j.rows < 0 ? i : a[j.rows + i];
 }
 
-LINMETA_HD inline int32_t num_computed(const FinishParams& p, int32_t row) {
-  return p.seq_lens[row] - query_len(p, row);
+LINMETA_HD inline int32_t num_computed(const FinishParams& p, const int32_t* a, int32_t row) {
+  return p.seq_lens[row] - query_len(p, a, row);
 }
 
 /// SPEC §3: column `col` of row `row` of the (aligned) state table.
@@ -116,18 +118,18 @@ LINMETA_HD inline int32_t owner(const int32_t* off, int32_t n, int32_t e) {
   return lo;
 }
 
-LINMETA_HD inline void run_element(const FinishParams& p, const Job& j, int32_t group, int32_t e) {
+LINMETA_HD inline void run_element(const FinishParams& p, const int32_t* a, const Job& j,
+                                   int32_t group, int32_t e) {
   char* base = p.buffers + j.dst + (j.per_group ? group * p.group_stride : 0);
   auto* out = reinterpret_cast<int32_t*>(base);
   auto* out_bool = reinterpret_cast<bool*>(base);
-  const int32_t* a = p.arena;
   switch (j.kind) {
     case JobKind::GatherState: {
       const TableRef& t = p.tables[group];
       const int32_t cols = j.cols > 0 ? j.cols : t.spec_cols;
       if (e >= j.src * cols) break;
       const int32_t i = e / cols;
-      out[e] = i < j.n_real ? gather_state(p, t, row_of(p, j, i), e % cols) : 0;
+      out[e] = i < j.n_real ? gather_state(p, t, row_of(a, j, i), e % cols) : 0;
       break;
     }
     case JobKind::CopyI32:
@@ -139,25 +141,25 @@ LINMETA_HD inline void run_element(const FinishParams& p, const Job& j, int32_t 
     case JobKind::Accepted: {
       int32_t v = 1;
       if (e < j.n_real) {
-        const int32_t row = row_of(p, j, e);
+        const int32_t row = row_of(a, j, e);
         if (p.accepted_from == AcceptedFrom::Input) v = p.accepted[row];
-        else if (p.accepted_from == AcceptedFrom::QueryLens) v = query_len(p, row);
+        else if (p.accepted_from == AcceptedFrom::QueryLens) v = query_len(p, a, row);
       }
       out[e] = v;
       break;
     }
     case JobKind::HasInitialState:
-      out_bool[e] = num_computed(p, row_of(p, j, e)) > 0;
+      out_bool[e] = num_computed(p, a, row_of(a, j, e)) > 0;
       break;
     case JobKind::NumComputed:
-      out[e] = num_computed(p, e);
+      out[e] = num_computed(p, a, e);
       break;
     case JobKind::Arange:
       out[e] = e;
       break;
     case JobKind::TokenPartition: {
       const int32_t i = owner(a + j.src2, j.n_real, e);
-      out[e] = a[p.qsl + row_of(p, j, i)] + (e - a[j.src2 + i]);
+      out[e] = a[p.qsl + row_of(a, j, i)] + (e - a[j.src2 + i]);
       break;
     }
     case JobKind::ChunkIndices: {
@@ -180,10 +182,23 @@ LINMETA_HD inline void run_element(const FinishParams& p, const Job& j, int32_t 
     case JobKind::CheckpointState: {
       const int32_t col = a[j.src2 + e];
       const TableRef& t = p.tables[group];
-      out[e] = col >= 0 ? t.data[row_of(p, j, e) * t.row_stride + col] : 0;
+      out[e] = col >= 0 ? t.data[row_of(a, j, e) * t.row_stride + col] : 0;
       break;
     }
   }
+}
+
+/// Block `b` of a launch: the job whose block range holds b, one element per thread.
+LINMETA_HD inline void run_block_element(const FinishParams& p, const int32_t* a, int32_t b,
+                                         int32_t thread) {
+  int32_t j = 0;
+  while (j + 1 < p.num_jobs && p.job_block_start[j + 1] <= b) ++j;
+  const Job& job = p.jobs[j];
+  const int32_t per_group = (job.count + kFinishThreads - 1) / kFinishThreads;
+  const int32_t local = b - p.job_block_start[j];
+  const int32_t group = job.per_group ? p.group_begin + local / per_group : 0;
+  const int32_t e = (local % per_group) * kFinishThreads + thread;
+  if (e < job.count) run_element(p, a, job, group, e);
 }
 
 }  // namespace linmeta::detail

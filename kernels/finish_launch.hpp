@@ -1,4 +1,4 @@
-// Launcher of the finish kernel (kernels/finish.cu).
+// Launchers of the finish kernel (kernels/finish.cu).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,7 +7,15 @@
 
 namespace linmeta::detail {
 
-/// One launch of params.num_blocks blocks on `stream`; throws linmeta::Error on failure.
+/// Largest step arena (int32 words) that travels inside the kernel parameters.
+int32_t max_inline_arena_words();
+
+/// One launch whose parameters carry the arena itself (words <= max_inline_arena_words()):
+/// no copy, nothing for the host to keep alive after the call.
+void launch_finish_inline(const FinishParams& params, const int32_t* arena, int32_t words,
+                          cudaStream_t stream);
+
+/// One launch reading the arena from device memory (params.arena), after a copy.
 void launch_finish(const FinishParams& params, cudaStream_t stream);
 
 }  // namespace linmeta::detail

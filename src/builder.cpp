@@ -68,7 +68,6 @@ class MetadataBuilder::Impl {
 
     current_ = 1 - current_;
     built_ = true;
-    built_in_capture_ = executor_->capturing(stream);
     last_upload_bytes_ = static_cast<int64_t>(packed_.arena_words) * 4;
     auto ns = [](auto d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
     timing_ = {ns(t1 - t0), ns(t2 - t1), ns(t3 - t2)};
@@ -85,11 +84,6 @@ class MetadataBuilder::Impl {
     if (m.num_actual_tokens != plan.num_actual_tokens || m.num_prefills != plan.num_prefills ||
         m.num_decodes != plan.num_decodes || m.num_spec_decodes != plan.num_spec_decodes)
       throw Error("linmeta: update_block_table takes metadata of the builder's last built step");
-    // The re-gather reads the device arena as the last build left it in stream
-    // order: a captured build's upload only happens at replay.
-    if (executor_->capturing(stream) != built_in_capture_)
-      throw Error("linmeta: update_block_table must be captured together with the build it "
-                  "updates (or both run eagerly)");
     const std::array<BlockTable, 1> one{table};
     validate_tables(one);
     check_table_widths(one, plan.width);
@@ -123,7 +117,6 @@ class MetadataBuilder::Impl {
   std::array<StepPlan, 2> plans_;
   int32_t current_ = 0;  ///< plans_[current_] is the last built step
   bool built_ = false;
-  bool built_in_capture_ = false;
   PackedStep packed_;
   std::unique_ptr<Executor> executor_;
   std::vector<Metadata> out_;

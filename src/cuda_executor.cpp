@@ -1,7 +1,11 @@
-// The cuda target: a device output block and step arena, a ring of pinned
-// staging slots guarded by events, and slots reserved for captured builds.
+// The cuda target. A step arena that fits the kernel parameters travels inside
+// the launch (one launch, no copy). A larger one is staged in a ring of pinned
+// slots guarded by events (slots reserved for captured builds, which re-read
+// theirs at every replay), copied with one cudaMemcpyAsync, then one launch.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "../kernels/finish_launch.hpp"
@@ -15,20 +19,27 @@ namespace {
 class CudaExecutor final : public Executor {
  public:
   CudaExecutor(int64_t buffer_bytes, int32_t arena_words, const BuilderOptions& o)
-      : slot_bytes_((static_cast<size_t>(arena_words) * sizeof(int32_t) + 255) / 256 * 256),
-        ring_(static_cast<size_t>(o.staging_slots)),
-        capture_slots_(o.capture_slots),
-        buffer_bytes_(buffer_bytes) {
+      : scratch_(static_cast<size_t>(arena_words)),
+        slot_bytes_((static_cast<size_t>(arena_words) * sizeof(int32_t) + 255) / 256 * 256),
+        buffer_bytes_(buffer_bytes),
+        capture_slots_(o.capture_slots) {
     if (o.staging_slots < 1) throw Error("linmeta: options.staging_slots must be at least 1");
     if (o.capture_slots < 0) throw Error("linmeta: options.capture_slots must be >= 0");
+    // Staging exists only when some step can outgrow the kernel parameters.
+    if (arena_words > max_inline_arena_words()) ring_.resize(static_cast<size_t>(o.staging_slots));
+    else capture_slots_ = 0;
     try {
-      cuda_check(cudaMalloc(reinterpret_cast<void**>(&buffers_), static_cast<size_t>(buffer_bytes)), "cudaMalloc(buffers)");
+      cuda_check(cudaMalloc(reinterpret_cast<void**>(&buffers_), static_cast<size_t>(buffer_bytes)),
+                 "cudaMalloc(buffers)");
       cuda_check(cudaMemset(buffers_, 0, static_cast<size_t>(buffer_bytes)), "cudaMemset(buffers)");
-      cuda_check(cudaMalloc(reinterpret_cast<void**>(&arena_), slot_bytes_), "cudaMalloc(arena)");
-      const size_t slots = ring_.size() + static_cast<size_t>(capture_slots_);
-      cuda_check(cudaHostAlloc(&pinned_, slot_bytes_ * slots, cudaHostAllocDefault),
-                 "cudaHostAlloc(staging)");
-      for (auto& s : ring_) cuda_check(cudaEventCreateWithFlags(&s, cudaEventDisableTiming), "cudaEventCreate");
+      if (!ring_.empty()) {
+        cuda_check(cudaMalloc(reinterpret_cast<void**>(&arena_), slot_bytes_), "cudaMalloc(arena)");
+        const size_t slots = ring_.size() + static_cast<size_t>(capture_slots_);
+        cuda_check(cudaHostAlloc(&pinned_, slot_bytes_ * slots, cudaHostAllocDefault),
+                   "cudaHostAlloc(staging)");
+        for (auto& s : ring_)
+          cuda_check(cudaEventCreateWithFlags(&s, cudaEventDisableTiming), "cudaEventCreate");
+      }
       cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(construction)");
     } catch (...) {
       release();
@@ -37,55 +48,75 @@ class CudaExecutor final : public Executor {
   }
   ~CudaExecutor() override { release(); }
 
+  int32_t* acquire_arena(Stream) override { return scratch_.data(); }
+
+  void submit(FinishParams& params, int32_t words, Stream stream) override {
+    words_ = words;
+    inline_ = words <= max_inline_arena_words();
+    if (!inline_) upload(words, stream);
+    rerun_unchecked(params, stream);
+  }
+
+  void rerun(FinishParams& params, Stream stream) override {
+    // The copy path reads the device arena as the last build left it in stream
+    // order: a captured build's copy happens only at replay.
+    if (!inline_ && capturing(stream) != captured_)
+      throw Error("linmeta: update_block_table must be captured together with the build it "
+                  "updates (or both run eagerly)");
+    rerun_unchecked(params, stream);
+  }
+
   [[nodiscard]] bool capturing(Stream stream) const override {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     cuda_check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
     return status == cudaStreamCaptureStatusActive;
   }
-
-  int32_t* acquire_arena(Stream stream) override {
-    capturing_ = capturing(stream);
-    if (capturing_) {
-      // A captured copy re-reads its slot at every replay: the slot is never reused.
-      if (captured_ == capture_slots_)
-        throw Error("linmeta: all " + std::to_string(capture_slots_) +
-                    " capture slots are taken (BuilderOptions::capture_slots)");
-      slot_ = static_cast<int32_t>(ring_.size()) + captured_++;
-    } else {
-      slot_ = next_;
-      next_ = (next_ + 1) % static_cast<int32_t>(ring_.size());
-      // Waits only when the device is a whole ring of steps behind.
-      cuda_check(cudaEventSynchronize(ring_[static_cast<size_t>(slot_)]), "cudaEventSynchronize(staging slot)");
-    }
-    return slot(slot_);
-  }
-
-  void submit(FinishParams& params, int32_t words, Stream stream) override {
-    cuda_check(cudaMemcpyAsync(arena_, slot(slot_), sizeof(int32_t) * static_cast<size_t>(words),
-                               cudaMemcpyHostToDevice, stream),
-               "cudaMemcpyAsync(step arena)");
-    if (!capturing_) cuda_check(cudaEventRecord(ring_[static_cast<size_t>(slot_)], stream), "cudaEventRecord");
-    rerun(params, stream);
-  }
-
-  void rerun(FinishParams& params, Stream stream) override {
-    params.arena = arena_;
-    params.buffers = buffers_;
-    launch_finish(params, stream);
-  }
-
   [[nodiscard]] char* buffers() const override { return buffers_; }
   [[nodiscard]] int64_t pinned_bytes() const override {
-    return static_cast<int64_t>(slot_bytes_ * (ring_.size() + static_cast<size_t>(capture_slots_)));
+    return pinned_ == nullptr ? 0
+                              : static_cast<int64_t>(slot_bytes_ * (ring_.size() + static_cast<size_t>(capture_slots_)));
   }
   [[nodiscard]] int64_t buffer_bytes() const override {
-    return buffer_bytes_ + static_cast<int64_t>(slot_bytes_);
+    return buffer_bytes_ + (arena_ == nullptr ? 0 : static_cast<int64_t>(slot_bytes_));
   }
 
  private:
-  int32_t* slot(int32_t i) const {
-    return reinterpret_cast<int32_t*>(static_cast<char*>(pinned_) + slot_bytes_ * static_cast<size_t>(i));
+  void rerun_unchecked(FinishParams& params, Stream stream) {
+    params.buffers = buffers_;
+    if (inline_) {
+      params.arena = nullptr;
+      launch_finish_inline(params, scratch_.data(), words_, stream);
+    } else {
+      params.arena = arena_;
+      launch_finish(params, stream);
+    }
   }
+
+  /// Copies the scratch arena through a pinned slot into the device arena.
+  void upload(int32_t words, Stream stream) {
+    captured_ = capturing(stream);
+    int32_t slot = 0;
+    if (captured_) {
+      if (captured_count_ == capture_slots_)
+        throw Error("linmeta: all " + std::to_string(capture_slots_) +
+                    " capture slots are taken (BuilderOptions::capture_slots)");
+      slot = static_cast<int32_t>(ring_.size()) + captured_count_++;
+    } else {
+      slot = next_;
+      next_ = (next_ + 1) % static_cast<int32_t>(ring_.size());
+      // Waits only when the device is a whole ring of steps behind.
+      cuda_check(cudaEventSynchronize(ring_[static_cast<size_t>(slot)]),
+                 "cudaEventSynchronize(staging slot)");
+    }
+    auto* dst = reinterpret_cast<int32_t*>(static_cast<char*>(pinned_) + slot_bytes_ * static_cast<size_t>(slot));
+    std::copy(scratch_.begin(), scratch_.begin() + words, dst);
+    cuda_check(cudaMemcpyAsync(arena_, dst, sizeof(int32_t) * static_cast<size_t>(words),
+                               cudaMemcpyHostToDevice, stream),
+               "cudaMemcpyAsync(step arena)");
+    if (!captured_)
+      cuda_check(cudaEventRecord(ring_[static_cast<size_t>(slot)], stream), "cudaEventRecord");
+  }
+
   void release() {
     for (auto& s : ring_)
       if (s != nullptr) cudaEventDestroy(s);
@@ -97,17 +128,19 @@ class CudaExecutor final : public Executor {
     buffers_ = nullptr;
   }
 
+  std::vector<int32_t> scratch_;  ///< the packed arena of the last build (host)
   size_t slot_bytes_;
-  std::vector<cudaEvent_t> ring_;
-  int32_t capture_slots_;
   int64_t buffer_bytes_;
+  int32_t capture_slots_;
+  std::vector<cudaEvent_t> ring_;
   char* buffers_ = nullptr;
   int32_t* arena_ = nullptr;
   void* pinned_ = nullptr;
   int32_t next_ = 0;
-  int32_t slot_ = 0;
-  int32_t captured_ = 0;
-  bool capturing_ = false;
+  int32_t captured_count_ = 0;
+  int32_t words_ = 0;
+  bool inline_ = true;
+  bool captured_ = false;
 };
 
 }  // namespace

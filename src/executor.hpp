@@ -13,12 +13,11 @@ namespace linmeta::detail {
 class Executor {
  public:
   virtual ~Executor() = default;
-  /// Memory of `words` int32 to pack the next step arena into. The cuda target
-  /// hands out a pinned staging slot no copy still reads.
+  /// Host memory to pack the next step arena into.
   virtual int32_t* acquire_arena(Stream stream) = 0;
-  /// Runs the jobs of the arena last acquired (uploading `words` first).
+  /// Runs the jobs over the arena last packed (`words` int32), uploading it.
   virtual void submit(FinishParams& params, int32_t words, Stream stream) = 0;
-  /// Runs jobs over the arena already in place (no upload).
+  /// Runs (other) jobs over the last submitted arena (update_block_table).
   virtual void rerun(FinishParams& params, Stream stream) = 0;
   /// Whether `stream` is capturing a CUDA graph.
   [[nodiscard]] virtual bool capturing(Stream stream) const = 0;

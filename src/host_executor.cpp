@@ -10,7 +10,7 @@ void run_jobs_on_host(const FinishParams& p) {
     const int32_t g0 = job.per_group ? p.group_begin : 0;
     const int32_t g1 = job.per_group ? p.group_begin + p.group_count : 1;
     for (int32_t g = g0; g < g1; ++g)
-      for (int32_t e = 0; e < job.count; ++e) run_element(p, job, g, e);
+      for (int32_t e = 0; e < job.count; ++e) run_element(p, p.arena, job, g, e);
   }
 }
 

@@ -1,5 +1,6 @@
 // Asynchrony of the cuda target: builds enqueued back to back on one stream (the
-// pinned staging ring must never hand out a slot a pending copy still reads), and
+// pinned staging ring of the copy path, taken by steps whose arena outgrows the
+// kernel parameters, must never hand out a slot a pending copy still reads), and
 // builds that return while the stream is still busy (no host synchronisation).
 #include <atomic>
 #include <chrono>
@@ -17,9 +18,9 @@ using linmeta::testing::RandomStepOptions;
 
 /// Configurations that exercise spec decoding, FULL-graph staging, align mode and
 /// (KDA) RecoverSSM with checkpoints.
-Config async_config(BuilderKind kind) {
+Config async_config(BuilderKind kind, int32_t rows = 64) {
   Config c;
-  c.max_num_seqs = 64;
+  c.max_num_seqs = rows;
   c.full_cuda_graph = true;
   c.mamba_cache_mode = CacheMode::Align;
   if (kind == BuilderKind::Gdn) {
@@ -64,13 +65,14 @@ struct Release {
 
 // ---- (a) ring safety ---------------------------------------------------------------
 
-using RingParam = std::tuple<BuilderKind, int32_t /*groups*/, int32_t /*staging slots*/>;
+using RingParam =
+    std::tuple<BuilderKind, int32_t /*groups*/, int32_t /*staging slots*/, int32_t /*max rows*/>;
 class RingSafetyGpu : public GpuParamTest<RingParam> {};
 
 TEST_P(RingSafetyGpu, BackToBackBuildsWithoutSyncMatchSynchronisedHostBuilds) {
-  const auto [kind, G, slots] = GetParam();
+  const auto [kind, G, slots, rows] = GetParam();
   constexpr int kSteps = 64;
-  const Config cfg = async_config(kind);
+  const Config cfg = async_config(kind, rows);
   const auto steps = random_steps(kind, cfg, G, kSteps, 0xa5a5u + static_cast<uint32_t>(G * 16 + slots));
 
   // Every step keeps its own device inputs: the finish kernels read them later.
@@ -93,12 +95,17 @@ TEST_P(RingSafetyGpu, BackToBackBuildsWithoutSyncMatchSynchronisedHostBuilds) {
   // ring wraps while earlier copies are still pending.
   MappedHost<int> never(1), state(2);
   launch_spin(stream.get(), never.device(), state.device(), 20'000'000);
+  int copy_path = 0;  // builds whose arena was copied (outgrew the kernel parameters)
   for (int i = 0; i < kSteps; ++i) {
     const auto u = static_cast<size_t>(i);
     const auto ms = build_step(cuda, steps[u], dev[u].step, dev[u].tables, G == 1, stream.get());
+    copy_path += cuda.last_upload_bytes() > 4 * 7168 ? 1 : 0;
     for (const auto& m : ms) dev_snap.take(m, stream.get());
   }
   stream.sync();
+  if (rows > 1024) {
+    EXPECT_GT(copy_path, 4) << "too few steps exercised the staging ring";
+  }
   EXPECT_EQ(state.host()[1], 2) << "the spin kernel should have run to its time limit";
 
   for (int i = 0; i < kSteps; ++i) {
@@ -124,11 +131,13 @@ TEST_P(RingSafetyGpu, BackToBackBuildsWithoutSyncMatchSynchronisedHostBuilds) {
 
 INSTANTIATE_TEST_SUITE_P(Async, RingSafetyGpu,
                          ::testing::Combine(::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
-                                            ::testing::Values(1, 4), ::testing::Values(1, 4)),
+                                            ::testing::Values(1, 4), ::testing::Values(1, 4),
+                                            ::testing::Values(64, 2048)),
                          [](const ::testing::TestParamInfo<RingParam>& i) {
                            return std::string(kind_name(std::get<0>(i.param))) + "_G" +
                                   std::to_string(std::get<1>(i.param)) + "_slots" +
-                                  std::to_string(std::get<2>(i.param));
+                                  std::to_string(std::get<2>(i.param)) + "_rows" +
+                                  std::to_string(std::get<3>(i.param));
                          });
 
 // ---- (b) no host synchronisation ------------------------------------------------------

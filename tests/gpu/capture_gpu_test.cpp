@@ -1,5 +1,6 @@
-// CUDA-graph capture of builds: a captured build is exactly one host->device copy
-// and one kernel (for 1 and for 16 KV-cache groups), and replaying the graph after
+// CUDA-graph capture of builds: a captured build is exactly one kernel node, plus
+// one host->device copy node when the step arena is too large for the kernel
+// parameters (for 1 and for 16 KV-cache groups), and replaying the graph after
 // eager builds overwrote the outputs restores the captured step's outputs.
 #include <tuple>
 
@@ -60,11 +61,14 @@ class Graph {
   cudaGraphExec_t exec_ = nullptr;
 };
 
-Config capture_config(BuilderKind kind) {
+// Arenas above this many bytes are copied; smaller ones travel in the launch.
+constexpr int64_t kInlineArenaBytes = 4 * 7168;
+
+Config capture_config(BuilderKind kind, bool large) {
   Config c;
   c.num_spec = 2;
-  c.max_num_seqs = 16;
-  c.max_num_batched_tokens = 2048;
+  c.max_num_seqs = large ? 2048 : 16;
+  c.max_num_batched_tokens = large ? 8192 : 2048;
   c.full_cuda_graph = true;
   c.mamba_cache_mode = CacheMode::Align;
   c.block_size = 16;
@@ -91,12 +95,22 @@ std::span<const Metadata> build(MetadataBuilder& b, const RandomStep& r, const S
   return build_step(b, shape, s, tables, b.num_groups() == 1, stream);
 }
 
-using CaptureParam = std::tuple<BuilderKind, int32_t /*groups*/>;
+using CaptureParam = std::tuple<BuilderKind, int32_t /*groups*/, bool /*large mixed step*/>;
 class CaptureGpu : public GpuParamTest<CaptureParam> {};
 
-TEST_P(CaptureGpu, OneCopyOneKernelAndReplayRestoresTheCapturedStep) {
-  const auto [kind, G] = GetParam();
-  const Config cfg = capture_config(kind);
+/// 500 spec rows and 1500 two-token prefill chunks: an arena of ~12K words,
+/// beyond the kernel parameters, so the build takes the copy path.
+RandomStep large_mixed(std::mt19937& rng, const Config& cfg, BuilderKind kind, int32_t G) {
+  std::vector<int32_t> ql, drafts;
+  std::vector<char> prefilling;
+  for (int i = 0; i < 500; ++i) ql.push_back(3), drafts.push_back(2), prefilling.push_back(0);
+  for (int i = 0; i < 1500; ++i) ql.push_back(2), drafts.push_back(-1), prefilling.push_back(1);
+  return make_step(rng, cfg, kind, G, ql, drafts, prefilling, 7);
+}
+
+TEST_P(CaptureGpu, OneLaunchAndReplayRestoresTheCapturedStep) {
+  const auto [kind, G, large] = GetParam();
+  const Config cfg = capture_config(kind, large);
   std::mt19937 rng(0xcafeu + static_cast<uint32_t>(G));
   const std::vector<char> no(6, 0);
   // Spec decodes only (FULL-graph staged, persistent buffers), two padding rows.
@@ -105,7 +119,8 @@ TEST_P(CaptureGpu, OneCopyOneKernelAndReplayRestoresTheCapturedStep) {
   };
   // Spec decodes and prefills (eager buffers).
   auto mixed = [&] {
-    return make_step(rng, cfg, kind, G, {3, 2, 40, 130}, {2, 1, -1, -1}, {0, 0, 1, 1}, 5);
+    return large ? large_mixed(rng, cfg, kind, G)
+                 : make_step(rng, cfg, kind, G, {3, 2, 40, 130}, {2, 1, -1, -1}, {0, 0, 1, 1}, 5);
   };
   // Captured: A (spec only), C (mixed), E (spec only, capture flavour of the build).
   // Eager, after the captures: B (spec only) and D (mixed) overwrite every output.
@@ -139,9 +154,14 @@ TEST_P(CaptureGpu, OneCopyOneKernelAndReplayRestoresTheCapturedStep) {
       t.views.own_nums();
     });
     const auto types = t.graph.node_types();
-    EXPECT_EQ(t.graph.num_nodes(), 2u) << "a captured build of " << G << " group(s) should be 2 nodes";
-    EXPECT_EQ(types.count(cudaGraphNodeTypeMemcpy) ? types.at(cudaGraphNodeTypeMemcpy) : 0, 1);
+    const int copies = cuda.last_upload_bytes() > kInlineArenaBytes ? 1 : 0;
+    EXPECT_EQ(t.graph.num_nodes(), static_cast<size_t>(1 + copies))
+        << "a captured build of " << G << " group(s), arena " << cuda.last_upload_bytes() << " bytes";
+    EXPECT_EQ(types.count(cudaGraphNodeTypeMemcpy) ? types.at(cudaGraphNodeTypeMemcpy) : 0, copies);
     EXPECT_EQ(types.count(cudaGraphNodeTypeKernel) ? types.at(cudaGraphNodeTypeKernel) : 0, 1);
+    if (large && &t == &captured[1]) {
+      EXPECT_EQ(copies, 1) << "the large step should take the copy path";
+    }
   }
 
   // Eager builds reuse the same output buffers.
@@ -177,10 +197,11 @@ TEST_P(CaptureGpu, OneCopyOneKernelAndReplayRestoresTheCapturedStep) {
 
 INSTANTIATE_TEST_SUITE_P(Capture, CaptureGpu,
                          ::testing::Combine(::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
-                                            ::testing::Values(1, 16)),
+                                            ::testing::Values(1, 16), ::testing::Bool()),
                          [](const ::testing::TestParamInfo<CaptureParam>& i) {
                            return std::string(kind_name(std::get<0>(i.param))) + "_G" +
-                                  std::to_string(std::get<1>(i.param));
+                                  std::to_string(std::get<1>(i.param)) +
+                                  (std::get<2>(i.param) ? "_copy_path" : "_inline");
                          });
 
 }  // namespace
