@@ -57,14 +57,16 @@ int32_t detect_spec(Ctx& x) {
   if (x.c.num_spec == 0 || x.drafts == nullptr) return 0;
   const bool recover = x.kda() && x.c.use_recoverssm;
   if (recover) require_is_prefilling(x.s, "by KDA RecoverSSM spec detection");
-  int32_t count = 0;
-  int64_t drafts = 0;
+  int32_t count = 0, drafts = 0;  // drafts <= tokens: fits
+  const int32_t* d = x.drafts;
+  int32_t* mask = p.mask.data();
+  for (int32_t r = 0; r < p.num_reqs; ++r) mask[r] = static_cast<int32_t>(d[r] >= 0);
+  if (recover)  // draftless active decodes go through the spec path too
+    for (int32_t r = 0; r < p.num_reqs; ++r)
+      mask[r] |= static_cast<int32_t>(!x.prefilling[r] && p.ql(r) > 0);
   for (int32_t r = 0; r < p.num_reqs; ++r) {
-    const int32_t d = x.drafts[r];
-    const bool spec = d >= 0 || (recover && !x.prefilling[r] && p.ql(r) > 0);
-    p.mask[r] = spec;
-    count += spec;
-    drafts += spec ? d : 0;
+    count += mask[r];
+    drafts += mask[r] * d[r];
   }
   // GDN: no spec rows or no draft at all -> regular path. KDA: only without RecoverSSM,
   // which must keep its extended conv window even for draftless rows.
@@ -117,31 +119,44 @@ struct RowStats {
   int32_t ns_tokens = 0;       ///< fits: tokens <= max_num_batched_tokens
 };
 
-/// Counts over the spec mask, branch-free so that it vectorises.
+/// Counts over the spec mask. Branch-free loops of at most three reductions each,
+/// so that the compiler vectorises them (one pass of everything does not).
 RowStats row_stats(const StepPlan& p, const bool* prefilling, bool keep_padding) {
   const int32_t n = p.num_reqs;
   const int32_t* qsl = p.qsl.data();
   const int32_t* mask = p.mask.data();
   const auto* pf = reinterpret_cast<const uint8_t*>(prefilling);
   const int32_t keep = keep_padding ? 1 : 0;
-  int32_t spec_n = 0, non_spec_n = 0, ones = 0, zeros = 0, not_one = 0, pref = 0, tokens = 0;
+  auto non_spec = [&](int32_t r, int32_t q) { return (1 - mask[r]) & (keep | static_cast<int32_t>(q > 0)); };
+  RowStats st;
+  for (int32_t r = 0; r < n; ++r) {
+    const int32_t q = qsl[r + 1] - qsl[r];
+    const int32_t ns = non_spec(r, q);
+    st.spec += mask[r];
+    st.non_spec += ns;
+    st.ns_tokens += ns * q;
+  }
+  for (int32_t r = 0; r < n; ++r) {
+    const int32_t q = qsl[r + 1] - qsl[r];
+    const int32_t ns = non_spec(r, q);
+    st.ones += ns & static_cast<int32_t>(q == 1);
+    st.zeros += ns & static_cast<int32_t>(q == 0);
+  }
+  st.not_one = st.non_spec - st.ones;
   int32_t longest = 0, shortest = INT32_MAX;
   for (int32_t r = 0; r < n; ++r) {
     const int32_t q = qsl[r + 1] - qsl[r];
-    const int32_t spec = mask[r];
-    const int32_t non_spec = (1 - spec) & (keep | (q > 0));
-    spec_n += spec;
-    non_spec_n += non_spec;
-    ones += non_spec & (q == 1);
-    zeros += non_spec & (q == 0);
-    not_one += non_spec & (q != 1);
-    pref += non_spec & pf[r];
-    tokens += non_spec * q;
-    longest = std::max(longest, spec * q);
-    shortest = std::min(shortest, spec != 0 ? q : INT32_MAX);
+    longest = std::max(longest, mask[r] * q);
+    shortest = std::min(shortest, q | ((mask[r] - 1) & INT32_MAX));  // INT32_MAX off the mask
   }
-  RowStats st{spec_n, non_spec_n, ones, zeros, not_one, pref, longest, shortest, 0, tokens};
-  for (int32_t r = 0; r < st.spec; ++r) st.spec_prefix += p.mask[r];
+  st.longest = longest;
+  st.shortest = shortest;
+  int32_t pref = 0;
+  for (int32_t r = 0; r < n; ++r) pref += non_spec(r, qsl[r + 1] - qsl[r]) & static_cast<int32_t>(pf[r]);
+  st.prefilling = pref;
+  int32_t prefix = 0;
+  for (int32_t r = 0; r < st.spec; ++r) prefix += mask[r];
+  st.spec_prefix = prefix;
   return st;
 }
 
@@ -354,10 +369,15 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
   p.width = WidthNeed{};
   if (c.mamba_cache_mode == CacheMode::Align) {
     const auto& seq = s.seq_lens_cpu_upper_bound;
-    const auto longest = std::max_element(seq.begin(), seq.end());
-    const int32_t start = *longest > 0 ? (*longest - 1) / c.block_size : 0;
-    p.width.need(start + c.num_speculative_blocks + 1,
-                 static_cast<int32_t>(longest - seq.begin()), "the aligned state gather");
+    int32_t longest = 0;
+    for (const int32_t v : seq) longest = std::max(longest, v);
+    const int32_t start = longest > 0 ? (longest - 1) / c.block_size : 0;
+    const int32_t cols = start + c.num_speculative_blocks + 1;
+    // The row only names the failure: look for it when some table is too narrow.
+    int32_t row = 0;
+    for (const BlockTable& t : tables)
+      if (t.width < cols) row = static_cast<int32_t>(std::find(seq.begin(), seq.end(), longest) - seq.begin());
+    p.width.need(cols, row, "the aligned state gather");
   }
   // Drafts (a capture build derives them) and is_prefilling, as plain arrays.
   x.prefilling = s.is_prefilling.empty() ? reinterpret_cast<const bool*>(p.no_prefilling.data())
