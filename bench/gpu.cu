@@ -103,7 +103,8 @@ void StreamGate::reset_timeout() { static_cast<volatile int32_t*>(host_)[1] = 0;
 
 void busy_device(cudaStream_t stream, double ms) {
   int sms = 1;
-  cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+  cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0),
+          "cudaDeviceGetAttribute");
   busy_kernel<<<2 * sms, 128, 0, stream>>>(static_cast<unsigned long long>(ms * 1e6));
   cuda_ok(cudaGetLastError(), "busy kernel launch");
   cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize(busy)");

@@ -165,7 +165,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (workloads.empty()) {
-    fmt::print(stderr, "linmeta-bench: no workload matches --filter {} (see --list)\n", join(args.filters));
+    fmt::print(stderr, "linmeta-bench: no workload matches --filter {} (see --list)\n",
+               join(args.filters));
     return 2;
   }
 
@@ -206,8 +207,8 @@ int main(int argc, char** argv) {
     bench = std::make_unique<Bench>(info.settings, info.cuda_target);
     for (size_t i = 0; i < workloads.size(); ++i) {
       if (!args.quiet) {
-        fmt::print(stderr, "{}[{}/{}] {}{}", tty ? "\r\033[K" : "", i + 1, workloads.size(), workloads[i].name,
-                   tty ? "" : "\n");
+        fmt::print(stderr, "{}[{}/{}] {}{}", tty ? "\r\033[K" : "", i + 1, workloads.size(),
+                   workloads[i].name, tty ? "" : "\n");
         std::fflush(stderr);
       }
       results.push_back(bench->run(workloads[i]));

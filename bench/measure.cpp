@@ -28,7 +28,8 @@ class DeviceArrays {
   }
   const int32_t* upload(const std::vector<int32_t>& v) {
     void* p = nullptr;
-    cuda_ok(cudaMalloc(&p, std::max<size_t>(v.size(), 1) * sizeof(int32_t)), "cudaMalloc(step input)");
+    cuda_ok(cudaMalloc(&p, std::max<size_t>(v.size(), 1) * sizeof(int32_t)),
+            "cudaMalloc(step input)");
     ptrs_.push_back(p);
     cuda_ok(cudaMemcpy(p, v.data(), v.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
             "cudaMemcpy(step input)");
@@ -65,7 +66,9 @@ class Graph {
     cuda_ok(cudaStreamEndCapture(stream, &graph_), "cudaStreamEndCapture");
     cuda_ok(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
   }
-  void launch(cudaStream_t stream) const { cuda_ok(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch"); }
+  void launch(cudaStream_t stream) const {
+    cuda_ok(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
+  }
   [[nodiscard]] cudaGraph_t graph() const { return graph_; }
 
  private:
@@ -120,7 +123,8 @@ Bench::~Bench() {
 }
 
 template <class F>
-Summary Bench::device_time_us(int32_t batch, int32_t batches, bool gated, F&& enqueue, bool& timed_out) {
+Summary Bench::device_time_us(int32_t batch, int32_t batches, bool gated, F&& enqueue,
+                              bool& timed_out) {
   std::vector<double> per_item;
   for (int32_t k = 0; k < batches; ++k) {
     GateHold hold(gated ? gate_.get() : nullptr, stream_);
@@ -142,7 +146,8 @@ Summary Bench::device_time_us(int32_t batch, int32_t batches, bool gated, F&& en
 template <class F>
 Summary Bench::host_time_us(F&& enqueue) {
   auto drain = [&](int32_t i) {
-    if (cuda_ && i % s_.staging_slots == 0) cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    if (cuda_ && i % s_.staging_slots == 0)
+      cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   };
   for (int32_t i = 0; i < s_.warmup; ++i) {
     drain(i);
@@ -169,8 +174,8 @@ std::pair<Summary, Summary> Bench::eager_and_graph_us(F&& enqueue, bool& timed_o
   g.capture(stream_, enqueue);
   for (int32_t i = 0; i < 8; ++i) g.launch(stream_);
   cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  const Summary graph =
-      device_time_us(s_.graph_batch, s_.graph_batches, true, [&] { g.launch(stream_); }, timed_out);
+  const Summary graph = device_time_us(
+      s_.graph_batch, s_.graph_batches, true, [&] { g.launch(stream_); }, timed_out);
   return {eager, graph};
 }
 
@@ -182,13 +187,15 @@ Floor Bench::floor(int64_t bytes) {
     floor_src_ = floor_dst_ = nullptr;
     floor_capacity_ = 0;
     const int64_t cap = (bytes + (1 << 20) - 1) / (1 << 20) * (1 << 20);
-    cuda_ok(cudaHostAlloc(&floor_src_, static_cast<size_t>(cap), cudaHostAllocDefault), "cudaHostAlloc(floor)");
+    cuda_ok(cudaHostAlloc(&floor_src_, static_cast<size_t>(cap), cudaHostAllocDefault),
+            "cudaHostAlloc(floor)");
     cuda_ok(cudaMalloc(&floor_dst_, static_cast<size_t>(cap)), "cudaMalloc(floor)");
     std::fill_n(static_cast<char*>(floor_src_), cap, char{1});
     floor_capacity_ = cap;
   }
   auto copy = [&] {
-    cuda_ok(cudaMemcpyAsync(floor_dst_, floor_src_, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_),
+    cuda_ok(cudaMemcpyAsync(floor_dst_, floor_src_, static_cast<size_t>(bytes),
+                            cudaMemcpyHostToDevice, stream_),
             "cudaMemcpyAsync(floor)");
   };
   auto copy_and_launch = [&] {
@@ -295,7 +302,8 @@ Result Bench::run(const Workload& w) {
     g.nodes = count_nodes(graph.graph());
     for (int32_t i = 0; i < 16; ++i) graph.launch(stream_);
     cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    g.graph_us = device_time_us(s_.graph_batch, s_.graph_batches, true, [&] { graph.launch(stream_); }, timed_out);
+    g.graph_us = device_time_us(
+        s_.graph_batch, s_.graph_batches, true, [&] { graph.launch(stream_); }, timed_out);
     g.floor = floor(r.upload_bytes);
     g.gate_timed_out = timed_out;
     r.gpu = g;
@@ -303,7 +311,8 @@ Result Bench::run(const Workload& w) {
     r.error = e.what();
     if (cuda_) {
       cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+      if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess &&
+          status != cudaStreamCaptureStatusNone) {
         cudaGraph_t partial = nullptr;
         cudaStreamEndCapture(stream_, &partial);
         if (partial != nullptr) cudaGraphDestroy(partial);

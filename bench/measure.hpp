@@ -18,13 +18,13 @@
 namespace linmeta::bench {
 
 struct Settings {
-  int32_t host_reps = 2000;     ///< timed host builds per workload
-  int32_t warmup = 200;         ///< untimed builds first
-  int32_t eager_batch = 64;     ///< back-to-back builds between two events
+  int32_t host_reps = 2000;  ///< timed host builds per workload
+  int32_t warmup = 200;      ///< untimed builds first
+  int32_t eager_batch = 64;  ///< back-to-back builds between two events
   int32_t eager_batches = 25;
-  int32_t graph_batch = 128;    ///< back-to-back graph replays between two events
+  int32_t graph_batch = 128;  ///< back-to-back graph replays between two events
   int32_t graph_batches = 25;
-  int32_t staging_slots = 4;    ///< BuilderOptions of the timed builder
+  int32_t staging_slots = 4;  ///< BuilderOptions of the timed builder
   int32_t capture_slots = 2;
 };
 

@@ -33,8 +33,12 @@ std::string us(double v) { return fmt::format("{:.2f}", v); }
 /// otherwise within a few percent).
 bool two_modes(const Summary& s) { return s.count > 1 && s.max > 1.5 * s.min; }
 std::string mark(bool two) { return two ? "*" : ""; }
-std::string kib(int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / 1024.0); }
-double ratio(double a, double b) { return b > 0 ? a / b : std::numeric_limits<double>::quiet_NaN(); }
+std::string kib(int64_t bytes) {
+  return fmt::format("{:.1f}", static_cast<double>(bytes) / 1024.0);
+}
+double ratio(double a, double b) {
+  return b > 0 ? a / b : std::numeric_limits<double>::quiet_NaN();
+}
 
 std::string driver(int v) {
   return v == 0 ? std::string("none") : fmt::format("{}.{} ({})", v / 1000, (v % 1000) / 10, v);
@@ -88,7 +92,8 @@ const char* mode_name(CacheMode m) {
 }  // namespace
 
 void print_header(std::FILE* out, const RunInfo& info) {
-  fmt::print(out, "linmeta-bench {} ({} build), {}\n", info.version, info.build_type, info.date_utc);
+  fmt::print(out, "linmeta-bench {} ({} build), {}\n", info.version, info.build_type,
+             info.date_utc);
   const DeviceInfo& d = info.device;
   if (d.available) {
     fmt::print(out, "device: {} (sm_{}{}, {} SMs, {:.1f} GiB), driver {}, runtime {}\n", d.name,
@@ -96,27 +101,33 @@ void print_header(std::FILE* out, const RunInfo& info) {
                static_cast<double>(d.memory_bytes) / (1024.0 * 1024.0 * 1024.0),
                driver(d.driver_version), driver(d.runtime_version));
   } else {
-    fmt::print(out, "device: none ({}), driver {}, runtime {}\n", d.reason, driver(d.driver_version),
-               driver(d.runtime_version));
+    fmt::print(out, "device: none ({}), driver {}, runtime {}\n", d.reason,
+               driver(d.driver_version), driver(d.runtime_version));
   }
-  fmt::print(out, "host:   {} ({} threads){}\n", info.cpu, info.cpu_threads,
-             info.pinned_cpu >= 0 ? fmt::format(", timing thread pinned to CPU {}", info.pinned_cpu) : "");
+  fmt::print(
+      out, "host:   {} ({} threads){}\n", info.cpu, info.cpu_threads,
+      info.pinned_cpu >= 0 ? fmt::format(", timing thread pinned to CPU {}", info.pinned_cpu) : "");
   const Settings& s = info.settings;
   if (info.cuda_target) {
-    fmt::print(out,
-               "target: cuda. Host: {} timed builds per workload after {} warm-up (staging_slots {}, "
-               "capture_slots {}). GPU: median of {} gated batches of {} builds (eager) and {} of {} "
-               "graph replays\n",
-               s.host_reps, s.warmup, s.staging_slots, s.capture_slots, s.eager_batches, s.eager_batch,
-               s.graph_batches, s.graph_batch);
+    fmt::print(
+        out,
+        "target: cuda. Host: {} timed builds per workload after {} warm-up (staging_slots {}, "
+        "capture_slots {}). GPU: median of {} gated batches of {} builds (eager) and {} of {} "
+        "graph replays\n",
+        s.host_reps, s.warmup, s.staging_slots, s.capture_slots, s.eager_batches, s.eager_batch,
+        s.graph_batches, s.graph_batch);
   } else {
-    fmt::print(out, "target: host. {} timed builds per workload after {} warm-up\n", s.host_reps, s.warmup);
+    fmt::print(out, "target: host. {} timed builds per workload after {} warm-up\n", s.host_reps,
+               s.warmup);
     if (!d.available)
-      fmt::print(out, "NOTE: no CUDA device: GPU figures skipped, host target only (GPU columns show -).\n");
+      fmt::print(
+          out,
+          "NOTE: no CUDA device: GPU figures skipped, host target only (GPU columns show -).\n");
     else
       fmt::print(out, "NOTE: --target host: GPU figures skipped (GPU columns show -).\n");
     fmt::print(out,
-               "      On the host target 'enq' is the element work done on the CPU, not a copy + launch.\n");
+               "      On the host target 'enq' is the element work done on the CPU, not a copy + "
+               "launch.\n");
   }
   if (!info.filter.empty()) fmt::print(out, "filter: {}\n", info.filter);
   fmt::print(out, "\n");
@@ -124,10 +135,10 @@ void print_header(std::FILE* out, const RunInfo& info) {
 
 void print_table(std::FILE* out, std::span<const Result> results, const RunInfo& info) {
   const std::vector<Column> cols = {
-      {"workload", "", true},  {"host us", "med"},  {"", "p99"},     {"plan", "med"},
-      {"pack", "med"},         {"enq", "med"},      {"GPU us", "eager"}, {"", "graph"},
-      {"x floor", "eager"},    {"", "graph"},       {"upload", "bytes"}, {"launch", "/step"},
-      {"pinned", "KiB"},       {"device", "KiB"},   {"vLLM py", "us"},
+      {"workload", "", true}, {"host us", "med"}, {"", "p99"},         {"plan", "med"},
+      {"pack", "med"},        {"enq", "med"},     {"GPU us", "eager"}, {"", "graph"},
+      {"x floor", "eager"},   {"", "graph"},      {"upload", "bytes"}, {"launch", "/step"},
+      {"pinned", "KiB"},      {"device", "KiB"},  {"vLLM py", "us"},
   };
   std::vector<std::vector<std::string>> rows;
   bool any_two_modes = false;
@@ -140,12 +151,17 @@ void print_table(std::FILE* out, std::span<const Result> results, const RunInfo&
       rows.push_back(std::move(row));
       continue;
     }
-    std::vector<std::string> row = {w.name, us(r.total.median), us(r.total.p99), us(r.plan.median),
-                                     us(r.pack.median), us(r.enqueue.median)};
+    std::vector<std::string> row = {w.name,
+                                    us(r.total.median),
+                                    us(r.total.p99),
+                                    us(r.plan.median),
+                                    us(r.pack.median),
+                                    us(r.enqueue.median)};
     if (r.gpu) {
       const GpuFigures& g = *r.gpu;
       const bool eager2 = two_modes(g.eager_us), graph2 = two_modes(g.graph_us);
-      const bool floor_eager2 = two_modes(g.floor.eager_us), floor_graph2 = two_modes(g.floor.graph_us);
+      const bool floor_eager2 = two_modes(g.floor.eager_us),
+                 floor_graph2 = two_modes(g.floor.graph_us);
       any_two_modes = any_two_modes || eager2 || graph2 || floor_eager2 || floor_graph2;
       row.push_back(us(g.eager_us.median) + mark(eager2));
       row.push_back(us(g.graph_us.median) + mark(graph2));
@@ -165,16 +181,18 @@ void print_table(std::FILE* out, std::span<const Result> results, const RunInfo&
   }
   print_rows(out, cols, rows);
   if (any_two_modes)
-    fmt::print(out,
-               "* its timed batches fell into two modes (slowest batch > 1.5x the fastest; e.g. 8.2 vs "
-               "16.4 us): the\n  median is the more frequent mode. JSON has min/max per figure and "
-               "x_floor_*_best (fastest batch over fastest floor batch).\n");
+    fmt::print(
+        out,
+        "* its timed batches fell into two modes (slowest batch > 1.5x the fastest; e.g. 8.2 vs "
+        "16.4 us): the\n  median is the more frequent mode. JSON has min/max per figure and "
+        "x_floor_*_best (fastest batch over fastest floor batch).\n");
   for (const Result& r : results)
     if (!r.error.empty()) fmt::print(out, "ERROR {}: {}\n", r.workload->name, r.error);
   for (const Result& r : results)
     if (r.gpu && r.gpu->gate_timed_out)
-      fmt::print(out, "WARNING {}: the stream gate timed out; its GPU figures include host enqueue time\n",
-                 r.workload->name);
+      fmt::print(
+          out, "WARNING {}: the stream gate timed out; its GPU figures include host enqueue time\n",
+          r.workload->name);
 }
 
 void print_targets(std::FILE* out, std::span<const Result> results, const RunInfo& info) {
@@ -184,26 +202,29 @@ void print_targets(std::FILE* out, std::span<const Result> results, const RunInf
     return v <= limit ? std::string("  ok") : std::string("  OVER");
   };
   if (const Result* h = find(results, kHeadline)) {
-    lines.push_back(fmt::format("{}: host {} us (target <= {:.0f}){}", kHeadline, us(h->total.median),
-                                kHeadlineHostUs, verdict(h->total.median, kHeadlineHostUs)));
+    lines.push_back(fmt::format("{}: host {} us (target <= {:.0f}){}", kHeadline,
+                                us(h->total.median), kHeadlineHostUs,
+                                verdict(h->total.median, kHeadlineHostUs)));
     if (h->gpu) {
       const GpuFigures& g = *h->gpu;
       const double x = ratio(g.graph_us.median, g.floor.graph_us.median);
       const double best = ratio(g.graph_us.min, g.floor.graph_us.min);
-      lines.push_back(fmt::format("{}: GPU in a graph {} us (target <= {:.0f}){}, {:.2f}x the floor "
-                                  "(target <= {:.1f}){}",
-                                  kHeadline, us(g.graph_us.median), kHeadlineGraphUs,
-                                  verdict(g.graph_us.median, kHeadlineGraphUs), x, kHeadlineFloorRatio,
-                                  verdict(x, kHeadlineFloorRatio)));
-      lines.push_back(fmt::format("{}: fastest batch {} us in a graph, floor {} us ({} bytes + launch), "
-                                  "{:.2f}x",
-                                  kHeadline, us(g.graph_us.min), us(g.floor.graph_us.min), h->upload_bytes,
-                                  best));
+      lines.push_back(
+          fmt::format("{}: GPU in a graph {} us (target <= {:.0f}){}, {:.2f}x the floor "
+                      "(target <= {:.1f}){}",
+                      kHeadline, us(g.graph_us.median), kHeadlineGraphUs,
+                      verdict(g.graph_us.median, kHeadlineGraphUs), x, kHeadlineFloorRatio,
+                      verdict(x, kHeadlineFloorRatio)));
+      lines.push_back(fmt::format(
+          "{}: fastest batch {} us in a graph, floor {} us ({} bytes + launch), "
+          "{:.2f}x",
+          kHeadline, us(g.graph_us.min), us(g.floor.graph_us.min), h->upload_bytes, best));
     }
   }
   if (const Result* d = find(results, kDecode1024))
-    lines.push_back(fmt::format("{}: host {} us (target <= {:.0f}){}", kDecode1024, us(d->total.median),
-                                kDecode1024HostUs, verdict(d->total.median, kDecode1024HostUs)));
+    lines.push_back(fmt::format("{}: host {} us (target <= {:.0f}){}", kDecode1024,
+                                us(d->total.median), kDecode1024HostUs,
+                                verdict(d->total.median, kDecode1024HostUs)));
   // Least-squares slope of the host medians over one family of workloads (names
   // prefix + "B<rows>" + suffix), total and plan phase.
   auto slope = [&](std::string_view prefix, std::string_view suffix, const char* what) {
@@ -234,16 +255,17 @@ void print_targets(std::FILE* out, std::span<const Result> results, const RunInf
     const double plan = fit([](const Result& r) { return r.plan.median; });
     std::string rows;
     for (const Result* r : pts) rows += fmt::format("{}B{}", rows.empty() ? "" : ",", r->rows);
-    lines.push_back(fmt::format("host time per row, {} ({}, least squares): {:.2f} ns/row (target <= {:.0f}){}; "
-                                "plan phase {:.2f} ns/row",
-                                what, rows, total, kNsPerRow, verdict(total, kNsPerRow), plan));
+    lines.push_back(fmt::format(
+        "host time per row, {} ({}, least squares): {:.2f} ns/row (target <= {:.0f}){}; "
+        "plan phase {:.2f} ns/row",
+        what, rows, total, kNsPerRow, verdict(total, kNsPerRow), plan));
   };
   slope(kDecodeFamily[0], kDecodeFamily[1], "decode");
   slope(kSpecFamily[0], kSpecFamily[1], "spec-k3 align");
   for (const Result& r : results)
     if (r.error.empty() && r.workload->vllm_py_us > 0)
-      lines.push_back(fmt::format("{}: vLLM Python builder {:.0f} us / {} us = {:.0f}x", r.workload->name,
-                                  r.workload->vllm_py_us, us(r.total.median),
+      lines.push_back(fmt::format("{}: vLLM Python builder {:.0f} us / {} us = {:.0f}x",
+                                  r.workload->name, r.workload->vllm_py_us, us(r.total.median),
                                   r.workload->vllm_py_us / r.total.median));
   if (lines.empty()) return;
   fmt::print(out, "\nReference targets (H200, cuda target){}:\n",
@@ -254,11 +276,14 @@ void print_targets(std::FILE* out, std::span<const Result> results, const RunInf
 void print_floors(std::FILE* out, const std::map<int64_t, Floor>& floors,
                   const std::optional<Floor>& launch_floor) {
   if (floors.empty()) return;
-  fmt::print(out, "\nFloors (per step: one cudaMemcpyAsync of N pinned bytes + one empty kernel launch; "
-                  "'copy' = the copy alone; last row = the launch alone):\n");
+  fmt::print(out,
+             "\nFloors (per step: one cudaMemcpyAsync of N pinned bytes + one empty kernel launch; "
+             "'copy' = the copy alone; last row = the launch alone):\n");
   const std::vector<Column> cols = {
-      {"bytes", "N"},       {"host us", "med"}, {"", "p99"},        {"GPU eager us", "copy+launch"},
-      {"", "copy"},          {"GPU graph us", "copy+launch"},        {"", "copy"},
+      {"bytes", "N"}, {"host us", "med"},
+      {"", "p99"},    {"GPU eager us", "copy+launch"},
+      {"", "copy"},   {"GPU graph us", "copy+launch"},
+      {"", "copy"},
   };
   std::vector<std::vector<std::string>> rows;
   for (const auto& [bytes, f] : floors)
@@ -269,28 +294,37 @@ void print_floors(std::FILE* out, const std::map<int64_t, Floor>& floors,
                     us(f.copy_graph_us.median) + mark(two_modes(f.copy_graph_us))});
   if (launch_floor) {
     const Floor& k = *launch_floor;
-    rows.push_back({"launch", us(k.host_us.median), us(k.host_us.p99), us(k.eager_us.median), std::string(kNone),
-                    us(k.graph_us.median), std::string(kNone)});
+    rows.push_back({"launch", us(k.host_us.median), us(k.host_us.p99), us(k.eager_us.median),
+                    std::string(kNone), us(k.graph_us.median), std::string(kNone)});
   }
   print_rows(out, cols, rows);
 }
 
 std::string to_json(std::span<const Result> results, const RunInfo& info,
-                    const std::map<int64_t, Floor>& floors, const std::optional<Floor>& launch_floor) {
+                    const std::map<int64_t, Floor>& floors,
+                    const std::optional<Floor>& launch_floor) {
   JsonWriter j;
   j.begin_object();
-  j.field("bench", "linmeta-bench").field("version", info.version).field("build_type", info.build_type);
+  j.field("bench", "linmeta-bench")
+      .field("version", info.version)
+      .field("build_type", info.build_type);
   j.field("date_utc", info.date_utc).field("target", info.cuda_target ? "cuda" : "host");
   j.field("filter", info.filter).field("wall_s", info.wall_s);
   j.field("gpu_figures_skipped", !info.cuda_target);
-  j.key("host").begin_object().field("cpu", info.cpu).field("threads", static_cast<int32_t>(info.cpu_threads));
+  j.key("host")
+      .begin_object()
+      .field("cpu", info.cpu)
+      .field("threads", static_cast<int32_t>(info.cpu_threads));
   j.field("pinned_cpu", info.pinned_cpu).end_object();
   const DeviceInfo& d = info.device;
   j.key("device").begin_object();
   j.field("available", d.available);
   if (d.available) {
-    j.field("name", d.name).field("compute_capability", fmt::format("{}.{}", d.cc_major, d.cc_minor));
-    j.field("sm_count", d.sm_count).field("clock_khz", d.clock_khz).field("memory_bytes", d.memory_bytes);
+    j.field("name", d.name)
+        .field("compute_capability", fmt::format("{}.{}", d.cc_major, d.cc_minor));
+    j.field("sm_count", d.sm_count)
+        .field("clock_khz", d.clock_khz)
+        .field("memory_bytes", d.memory_bytes);
   } else {
     j.field("gpu_skipped_reason", d.reason);
   }
@@ -313,9 +347,11 @@ std::string to_json(std::span<const Result> results, const RunInfo& info,
     j.field("groups", w.groups).field("headline", w.headline);
     j.key("config").begin_object();
     j.field("num_spec", c.num_spec).field("max_num_seqs", c.max_num_seqs);
-    j.field("max_num_batched_tokens", c.max_num_batched_tokens).field("full_cuda_graph", c.full_cuda_graph);
+    j.field("max_num_batched_tokens", c.max_num_batched_tokens)
+        .field("full_cuda_graph", c.full_cuda_graph);
     j.field("mamba_cache_mode", mode_name(c.mamba_cache_mode)).field("block_size", c.block_size);
-    j.field("num_speculative_blocks", c.num_speculative_blocks).field("chunk_metadata", c.chunk_metadata);
+    j.field("num_speculative_blocks", c.num_speculative_blocks)
+        .field("chunk_metadata", c.chunk_metadata);
     j.field("use_recoverssm", c.use_recoverssm);
     j.field("num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks);
     j.end_object();
@@ -331,7 +367,8 @@ std::string to_json(std::span<const Result> results, const RunInfo& info,
     }
     j.key("metadata").begin_object();
     j.field("num_decodes", r.num_decodes).field("num_decode_tokens", r.num_decode_tokens);
-    j.field("num_spec_decodes", r.num_spec_decodes).field("num_spec_decode_tokens", r.num_spec_decode_tokens);
+    j.field("num_spec_decodes", r.num_spec_decodes)
+        .field("num_spec_decode_tokens", r.num_spec_decode_tokens);
     j.field("num_prefills", r.num_prefills).field("num_prefill_tokens", r.num_prefill_tokens);
     j.end_object();
     j.key("host_us").begin_object();
@@ -377,7 +414,10 @@ std::string to_json(std::span<const Result> results, const RunInfo& info,
   auto floor_json = [&](std::optional<int64_t> bytes, const Floor& f) {
     j.begin_object();
     j.key("bytes");
-    if (bytes) j.value(*bytes); else j.null();
+    if (bytes)
+      j.value(*bytes);
+    else
+      j.null();
     summary_json(j, "host", f.host_us);
     summary_json(j, "eager", f.eager_us);
     summary_json(j, "graph", f.graph_us);

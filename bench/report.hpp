@@ -34,6 +34,7 @@ void print_targets(std::FILE* out, std::span<const Result> results, const RunInf
 void print_floors(std::FILE* out, const std::map<int64_t, Floor>& floors,
                   const std::optional<Floor>& launch_floor);
 std::string to_json(std::span<const Result> results, const RunInfo& info,
-                    const std::map<int64_t, Floor>& floors, const std::optional<Floor>& launch_floor);
+                    const std::map<int64_t, Floor>& floors,
+                    const std::optional<Floor>& launch_floor);
 
 }  // namespace linmeta::bench

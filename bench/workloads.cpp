@@ -10,9 +10,12 @@ namespace {
 
 const char* mode_name(CacheMode m) {
   switch (m) {
-    case CacheMode::None: return "none";
-    case CacheMode::All: return "all";
-    case CacheMode::Align: return "align";
+    case CacheMode::None:
+      return "none";
+    case CacheMode::All:
+      return "all";
+    case CacheMode::Align:
+      return "align";
   }
   return "?";
 }
@@ -39,8 +42,8 @@ struct Make {
     w.vllm_py_us = vllm_py_us;
     w.headline = headline;
     const int32_t rows = shape.rows();
-    const int32_t tokens = shape.spec_rows * (k + 1) + shape.decode_rows +
-                           shape.prefill_rows * shape.prefill_len;
+    const int32_t tokens =
+        shape.spec_rows * (k + 1) + shape.decode_rows + shape.prefill_rows * shape.prefill_len;
     Config& c = w.config;
     c.num_spec = k;
     c.max_num_seqs = rows <= 256 ? 256 : rows <= 512 ? 512 : round_up(rows, 1024);
@@ -63,7 +66,10 @@ StepShape decode(int32_t n) { return {.decode_rows = n}; }
 StepShape spec(int32_t n) { return {.spec_rows = n}; }
 /// Chunked prefills of 2048 tokens next to `spec_rows` spec decodes and `decode_rows` decodes.
 StepShape mixed(int32_t spec_rows, int32_t decode_rows, int32_t prefills) {
-  return {.spec_rows = spec_rows, .decode_rows = decode_rows, .prefill_rows = prefills, .prefill_len = 2048};
+  return {.spec_rows = spec_rows,
+          .decode_rows = decode_rows,
+          .prefill_rows = prefills,
+          .prefill_len = 2048};
 }
 
 }  // namespace
@@ -79,7 +85,10 @@ std::vector<Workload> all_workloads() {
 
   // Decode only (no speculative decoding).
   for (int32_t b : {1, 64, 256, 1024})
-    add({.kind = Gdn, .mix = "decode", .shape = decode(b), .vllm_py_us = b == 256 ? kPyDecode256 : 0});
+    add({.kind = Gdn,
+         .mix = "decode",
+         .shape = decode(b),
+         .vllm_py_us = b == 256 ? kPyDecode256 : 0});
   add({.kind = Gdn, .mix = "decode", .shape = decode(256), .fullgraph = false});
   add({.kind = Gdn, .mix = "decode", .shape = decode(256), .mode = Align});
   add({.kind = Gdn, .mix = "decode", .shape = decode(256), .groups = 4});
@@ -87,43 +96,99 @@ std::vector<Workload> all_workloads() {
   // Pure spec decode, align mode (k aligned state slots per row).
   for (int32_t k : {1, 3, 7})
     for (int32_t b : {1, 64, 256})
-      add({.kind = Gdn, .mix = "spec-k{k}", .k = k, .shape = spec(b), .mode = Align,
+      add({.kind = Gdn,
+           .mix = "spec-k{k}",
+           .k = k,
+           .shape = spec(b),
+           .mode = Align,
            .vllm_py_us = k == 3 && b == 256 ? kPySpec256 : 0});
   add({.kind = Gdn, .mix = "spec-k{k}", .k = 3, .shape = spec(256), .mode = None});
-  add({.kind = Gdn, .mix = "spec-k{k}", .k = 3, .shape = spec(256), .mode = Align, .fullgraph = false});
+  add({.kind = Gdn,
+       .mix = "spec-k{k}",
+       .k = 3,
+       .shape = spec(256),
+       .mode = Align,
+       .fullgraph = false});
 
   // KV-cache groups (build_groups); G4 is the headline (GLM-5.3-Flash).
   for (int32_t g : {4, 16, 48})
-    add({.kind = Gdn, .mix = "spec-k{k}", .k = 3, .shape = spec(256), .mode = Align, .groups = g,
-         .vllm_py_us = g == 4 ? kPySpec256G4 : 0, .headline = g == 4});
-  add({.kind = Gdn, .mix = "spec-k{k}", .k = 3, .shape = spec(256), .mode = Align, .groups = 4,
+    add({.kind = Gdn,
+         .mix = "spec-k{k}",
+         .k = 3,
+         .shape = spec(256),
+         .mode = Align,
+         .groups = g,
+         .vllm_py_us = g == 4 ? kPySpec256G4 : 0,
+         .headline = g == 4});
+  add({.kind = Gdn,
+       .mix = "spec-k{k}",
+       .k = 3,
+       .shape = spec(256),
+       .mode = Align,
+       .groups = 4,
        .fullgraph = false});
 
   // Spec decode next to chunked prefills; decode + prefill without spec; prefill only.
   add({.kind = Gdn, .mix = "spec-k{k}+prefill", .k = 3, .shape = mixed(32, 0, 4), .mode = Align});
-  add({.kind = Gdn, .mix = "spec-k{k}+prefill", .k = 3, .shape = mixed(32, 0, 4), .mode = Align, .groups = 4});
-  add({.kind = Gdn, .mix = "spec-k{k}+prefill", .k = 3, .shape = mixed(32, 0, 4), .mode = None,
+  add({.kind = Gdn,
+       .mix = "spec-k{k}+prefill",
+       .k = 3,
+       .shape = mixed(32, 0, 4),
+       .mode = Align,
+       .groups = 4});
+  add({.kind = Gdn,
+       .mix = "spec-k{k}+prefill",
+       .k = 3,
+       .shape = mixed(32, 0, 4),
+       .mode = None,
        .fullgraph = false});
   add({.kind = Gdn, .mix = "decode+prefill", .shape = mixed(0, 256, 4)});
-  add({.kind = Gdn, .mix = "decode+prefill", .shape = mixed(0, 256, 4), .mode = Align, .groups = 4});
+  add({.kind = Gdn,
+       .mix = "decode+prefill",
+       .shape = mixed(0, 256, 4),
+       .mode = Align,
+       .groups = 4});
   add({.kind = Gdn, .mix = "prefill", .shape = mixed(0, 0, 4), .fullgraph = false});
 
   // KDA: regular spec decode, RecoverSSM (S = 1), prefill checkpoints (align).
   add({.kind = Kda, .mix = "decode", .shape = decode(256)});
   add({.kind = Kda, .mix = "spec-k{k}", .k = 3, .shape = spec(256), .mode = Align});
-  add({.kind = Kda, .mix = "recoverssm-k{k}", .k = 3, .shape = spec(256), .mode = Align, .recoverssm = true});
-  add({.kind = Kda, .mix = "recoverssm-k{k}", .k = 3, .shape = spec(256), .mode = Align, .groups = 4,
+  add({.kind = Kda,
+       .mix = "recoverssm-k{k}",
+       .k = 3,
+       .shape = spec(256),
+       .mode = Align,
        .recoverssm = true});
-  add({.kind = Kda, .mix = "recoverssm-k{k}+prefill", .k = 3, .shape = mixed(32, 0, 4), .mode = Align,
+  add({.kind = Kda,
+       .mix = "recoverssm-k{k}",
+       .k = 3,
+       .shape = spec(256),
+       .mode = Align,
+       .groups = 4,
        .recoverssm = true});
-  add({.kind = Kda, .mix = "recoverssm-k{k}+prefill", .k = 3, .shape = mixed(32, 0, 4), .mode = None,
-       .fullgraph = false, .recoverssm = true});
-  add({.kind = Kda, .mix = "decode+prefill", .shape = mixed(0, 256, 4), .mode = Align, .groups = 4});
+  add({.kind = Kda,
+       .mix = "recoverssm-k{k}+prefill",
+       .k = 3,
+       .shape = mixed(32, 0, 4),
+       .mode = Align,
+       .recoverssm = true});
+  add({.kind = Kda,
+       .mix = "recoverssm-k{k}+prefill",
+       .k = 3,
+       .shape = mixed(32, 0, 4),
+       .mode = None,
+       .fullgraph = false,
+       .recoverssm = true});
+  add({.kind = Kda,
+       .mix = "decode+prefill",
+       .shape = mixed(0, 256, 4),
+       .mode = Align,
+       .groups = 4});
   return w;
 }
 
-Step StepData::step(const int32_t* dev_qsl, const int32_t* dev_seq_lens, const int32_t* dev_accepted,
-                    const int32_t* dev_table0) const {
+Step StepData::step(const int32_t* dev_qsl, const int32_t* dev_seq_lens,
+                    const int32_t* dev_accepted, const int32_t* dev_table0) const {
   Step s;
   s.num_reqs = num_reqs;
   s.num_actual_tokens = num_actual_tokens;
@@ -181,7 +246,8 @@ StepData make_step(const Workload& w) {
   for (int32_t g = 0; g < w.groups; ++g) {
     std::vector<int32_t> t(static_cast<size_t>(d.num_reqs) * static_cast<size_t>(d.width));
     for (size_t i = 0; i < t.size(); ++i)
-      t[i] = 1 + static_cast<int32_t>((static_cast<int64_t>(g) * 7919 + static_cast<int64_t>(i) * 31) % 1000003);
+      t[i] = 1 + static_cast<int32_t>(
+                     (static_cast<int64_t>(g) * 7919 + static_cast<int64_t>(i) * 31) % 1000003);
     d.tables.push_back(std::move(t));
   }
   return d;

@@ -18,7 +18,7 @@ struct StepShape {
   int32_t decode_rows = 0;   ///< query length 1
   int32_t prefill_rows = 0;  ///< query length prefill_len (chunked prefills)
   int32_t prefill_len = 0;
-  int32_t pad_rows = 0;      ///< query length 0
+  int32_t pad_rows = 0;  ///< query length 0
 
   [[nodiscard]] int32_t rows() const { return spec_rows + decode_rows + prefill_rows + pad_rows; }
 };

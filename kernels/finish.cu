@@ -27,14 +27,16 @@ static_assert(sizeof(FinishParams) + sizeof(InlineArena<7168>) <= 32764,
 
 __global__ void __launch_bounds__(kFinishThreads)
     finish_kernel(const __grid_constant__ FinishParams p) {
-  run_block_element(p, p.arena, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(threadIdx.x));
+  run_block_element(p, p.arena, static_cast<int32_t>(blockIdx.x),
+                    static_cast<int32_t>(threadIdx.x));
 }
 
 template <int32_t Words>
 __global__ void __launch_bounds__(kFinishThreads)
     finish_inline_kernel(const __grid_constant__ FinishParams p,
                          const __grid_constant__ InlineArena<Words> a) {
-  run_block_element(p, a.words, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(threadIdx.x));
+  run_block_element(p, a.words, static_cast<int32_t>(blockIdx.x),
+                    static_cast<int32_t>(threadIdx.x));
 }
 
 void check_launch(const char* what) {

@@ -10,11 +10,11 @@
 namespace linmeta::detail {
 
 enum class JobKind : int32_t {
-  GatherState,      ///< i32 [src rows, cols]: aligned block-table gather, NULL past n_real rows;
-                    ///< cols == 0: the group's spec columns (count covers the widest)
-  CopyI32,          ///< i32 [count]: arena[src + e] + add; past n_real: arena[src + n_real - 1] + add
-  CopyMask,         ///< bool [count]: arena[src + e] != 0; past n_real: false
-  Accepted,         ///< i32 [count]: accepted count of row rows[e]; past n_real: 1
+  GatherState,  ///< i32 [src rows, cols]: aligned block-table gather, NULL past n_real rows;
+                ///< cols == 0: the group's spec columns (count covers the widest)
+  CopyI32,      ///< i32 [count]: arena[src + e] + add; past n_real: arena[src + n_real - 1] + add
+  CopyMask,     ///< bool [count]: arena[src + e] != 0; past n_real: false
+  Accepted,     ///< i32 [count]: accepted count of row rows[e]; past n_real: 1
   HasInitialState,  ///< bool [count]: num_computed(rows[e]) > 0
   NumComputed,      ///< i32 [count]: num_computed(e) = seq_lens[e] - ql(e)
   Arange,           ///< i32 [count]: e
@@ -22,7 +22,7 @@ enum class JobKind : int32_t {
   ChunkIndices,     ///< i32 [count, 2]: (sequence, chunk within it); src2: starts of the
                     ///< n_real non-empty sequences (the reference numbers only those)
   ConvBatch,        ///< i32 [count]: sequence of program e; PAD_SLOT_ID past n_real
-  ConvChunk,        ///< i32 [count]: 8-token chunk of program e in its sequence; PAD_SLOT_ID past n_real
+  ConvChunk,  ///< i32 [count]: 8-token chunk of program e in its sequence; PAD_SLOT_ID past n_real
   CheckpointState,  ///< i32 [count]: raw_block_table[rows[e], arena[src2 + e]] or NULL when col < 0
 };
 
@@ -32,16 +32,16 @@ enum class AcceptedFrom : int32_t { Input, QueryLens, Ones };
 /// the identity row list.
 struct Job {
   JobKind kind = JobKind::Arange;
-  int32_t count = 0;    ///< elements (ChunkIndices: chunks)
-  int32_t n_real = 0;   ///< real rows / elements before the fill
-  int32_t cols = 1;     ///< GatherState: columns per row
-  int32_t rows = -1;    ///< arena offset of the row list, -1 = identity
-  int32_t src = 0;      ///< arena offset of the source array
-  int32_t src2 = 0;     ///< arena offset of a second array (cumsums, columns)
-  int32_t add = 0;      ///< CopyI32: added to every value
-  int32_t per_group = 0;///< 1: run once per group, into that group's buffers
+  int32_t count = 0;      ///< elements (ChunkIndices: chunks)
+  int32_t n_real = 0;     ///< real rows / elements before the fill
+  int32_t cols = 1;       ///< GatherState: columns per row
+  int32_t rows = -1;      ///< arena offset of the row list, -1 = identity
+  int32_t src = 0;        ///< arena offset of the source array
+  int32_t src2 = 0;       ///< arena offset of a second array (cumsums, columns)
+  int32_t add = 0;        ///< CopyI32: added to every value
+  int32_t per_group = 0;  ///< 1: run once per group, into that group's buffers
   int32_t pad = 0;
-  int64_t dst = 0;      ///< byte offset of the output in the buffer block
+  int64_t dst = 0;  ///< byte offset of the output in the buffer block
 };
 
 /// A group's block table as the finish step reads it.
@@ -59,19 +59,19 @@ inline constexpr int kFinishThreads = 256;
 /// Everything the finish step reads besides the arena. Passed by value as the
 /// kernel parameter (under 4 KiB).
 struct FinishParams {
-  const int32_t* arena = nullptr;      ///< the step arena in device memory (copy path) or host memory
-  const int32_t* seq_lens = nullptr;   ///< device seq_lens [num_reqs]
-  const int32_t* accepted = nullptr;   ///< device accepted counts [num_reqs] or null
-  char* buffers = nullptr;             ///< base of the builder's output block
-  int64_t group_stride = 0;            ///< bytes between two groups' buffers
-  int32_t qsl = 0;                     ///< arena offset of the host query_start_loc
-  int32_t align = 0;                   ///< cache mode align: gather from the aligned start
+  const int32_t* arena = nullptr;  ///< the step arena in device memory (copy path) or host memory
+  const int32_t* seq_lens = nullptr;  ///< device seq_lens [num_reqs]
+  const int32_t* accepted = nullptr;  ///< device accepted counts [num_reqs] or null
+  char* buffers = nullptr;            ///< base of the builder's output block
+  int64_t group_stride = 0;           ///< bytes between two groups' buffers
+  int32_t qsl = 0;                    ///< arena offset of the host query_start_loc
+  int32_t align = 0;                  ///< cache mode align: gather from the aligned start
   int32_t block_size = 1;
   AcceptedFrom accepted_from = AcceptedFrom::Input;
   int32_t group_begin = 0;
   int32_t group_count = 1;
   int32_t num_jobs = 0;
-  int32_t num_blocks = 0;              ///< grid size of the cuda launch
+  int32_t num_blocks = 0;  ///< grid size of the cuda launch
   Job jobs[kMaxJobs];
   int32_t job_block_start[kMaxJobs + 1] = {};
   TableRef tables[kMaxGroups];
@@ -113,7 +113,10 @@ LINMETA_HD inline int32_t owner(const int32_t* off, int32_t n, int32_t e) {
   int32_t lo = 0, hi = n - 1;
   while (lo < hi) {
     const int32_t mid = (lo + hi + 1) / 2;
-    if (off[mid] <= e) lo = mid; else hi = mid - 1;
+    if (off[mid] <= e)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -142,8 +145,10 @@ LINMETA_HD inline void run_element(const FinishParams& p, const int32_t* a, cons
       int32_t v = 1;
       if (e < j.n_real) {
         const int32_t row = row_of(a, j, e);
-        if (p.accepted_from == AcceptedFrom::Input) v = p.accepted[row];
-        else if (p.accepted_from == AcceptedFrom::QueryLens) v = query_len(p, a, row);
+        if (p.accepted_from == AcceptedFrom::Input)
+          v = p.accepted[row];
+        else if (p.accepted_from == AcceptedFrom::QueryLens)
+          v = query_len(p, a, row);
       }
       out[e] = v;
       break;

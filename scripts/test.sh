@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 scripts/install-deps.sh
 
+echo "== clang-format"
+scripts/format.sh --check
+
 echo "== release build + tests"
 cmake --preset release
 cmake --build --preset release

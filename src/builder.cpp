@@ -27,7 +27,8 @@ class MetadataBuilder::Impl {
     if (options.num_groups < 1 || options.num_groups > kMaxGroups)
       throw Error(fmt::format("linmeta: options.num_groups = {} must be in [1, {}]",
                               options.num_groups, kMaxGroups));
-    layout_ = BufferLayout::of(Capacity::of(config, kind), config.full_cuda_graph, options.num_groups);
+    layout_ =
+        BufferLayout::of(Capacity::of(config, kind), config.full_cuda_graph, options.num_groups);
     for (auto& p : plans_) reserve_plan(p, config);
     const int32_t words = arena_capacity_words(config);
     executor_ = options.target == Target::Cuda
@@ -59,8 +60,8 @@ class MetadataBuilder::Impl {
       const BlockTable& t = tables[static_cast<size_t>(g)];
       fp.tables[g] = TableRef{t.data, t.row_stride, t.width, spec_columns(config_, plan, t)};
       tables_[static_cast<size_t>(g)] = t;
-      out_[static_cast<size_t>(g)] = materialize(plan, packed_.views, layout_, executor_->buffers(), g,
-                                                 options_.target, t, config_);
+      out_[static_cast<size_t>(g)] = materialize(plan, packed_.views, layout_, executor_->buffers(),
+                                                 g, options_.target, t, config_);
     }
     const auto t2 = Clock::now();
     executor_->submit(fp, packed_.arena_words, stream);
@@ -69,7 +70,9 @@ class MetadataBuilder::Impl {
     current_ = 1 - current_;
     built_ = true;
     last_upload_bytes_ = static_cast<int64_t>(packed_.arena_words) * 4;
-    auto ns = [](auto d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
+    auto ns = [](auto d) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    };
     timing_ = {ns(t1 - t0), ns(t2 - t1), ns(t3 - t2)};
     return out_;
   }
@@ -92,7 +95,8 @@ class MetadataBuilder::Impl {
     keep_gathers_only(fp);
     fp.group_begin = group;
     fp.group_count = 1;
-    fp.tables[group] = TableRef{table.data, table.row_stride, table.width, spec_columns(config_, plan, table)};
+    fp.tables[group] =
+        TableRef{table.data, table.row_stride, table.width, spec_columns(config_, plan, table)};
     assign_blocks(fp);
     executor_->rerun(fp, stream);
 
@@ -125,7 +129,8 @@ class MetadataBuilder::Impl {
   int64_t last_upload_bytes_ = 0;
 };
 
-MetadataBuilder::MetadataBuilder(BuilderKind kind, const Config& config, const BuilderOptions& options)
+MetadataBuilder::MetadataBuilder(BuilderKind kind, const Config& config,
+                                 const BuilderOptions& options)
     : impl_(std::make_unique<Impl>(kind, config, options)) {}
 MetadataBuilder::~MetadataBuilder() = default;
 MetadataBuilder::MetadataBuilder(MetadataBuilder&&) noexcept = default;

@@ -26,8 +26,10 @@ class CudaExecutor final : public Executor {
     if (o.staging_slots < 1) throw Error("linmeta: options.staging_slots must be at least 1");
     if (o.capture_slots < 0) throw Error("linmeta: options.capture_slots must be >= 0");
     // Staging exists only when some step can outgrow the kernel parameters.
-    if (arena_words > max_inline_arena_words()) ring_.resize(static_cast<size_t>(o.staging_slots));
-    else capture_slots_ = 0;
+    if (arena_words > max_inline_arena_words())
+      ring_.resize(static_cast<size_t>(o.staging_slots));
+    else
+      capture_slots_ = 0;
     try {
       cuda_check(cudaMalloc(reinterpret_cast<void**>(&buffers_), static_cast<size_t>(buffer_bytes)),
                  "cudaMalloc(buffers)");
@@ -61,8 +63,9 @@ class CudaExecutor final : public Executor {
     // The copy path reads the device arena as the last build left it in stream
     // order: a captured build's copy happens only at replay.
     if (!inline_ && capturing(stream) != captured_)
-      throw Error("linmeta: update_block_table must be captured together with the build it "
-                  "updates (or both run eagerly)");
+      throw Error(
+          "linmeta: update_block_table must be captured together with the build it "
+          "updates (or both run eagerly)");
     rerun_unchecked(params, stream);
   }
 
@@ -73,8 +76,10 @@ class CudaExecutor final : public Executor {
   }
   [[nodiscard]] char* buffers() const override { return buffers_; }
   [[nodiscard]] int64_t pinned_bytes() const override {
-    return pinned_ == nullptr ? 0
-                              : static_cast<int64_t>(slot_bytes_ * (ring_.size() + static_cast<size_t>(capture_slots_)));
+    return pinned_ == nullptr
+               ? 0
+               : static_cast<int64_t>(slot_bytes_ *
+                                      (ring_.size() + static_cast<size_t>(capture_slots_)));
   }
   [[nodiscard]] int64_t buffer_bytes() const override {
     return buffer_bytes_ + (arena_ == nullptr ? 0 : static_cast<int64_t>(slot_bytes_));
@@ -108,7 +113,8 @@ class CudaExecutor final : public Executor {
       cuda_check(cudaEventSynchronize(ring_[static_cast<size_t>(slot)]),
                  "cudaEventSynchronize(staging slot)");
     }
-    auto* dst = reinterpret_cast<int32_t*>(static_cast<char*>(pinned_) + slot_bytes_ * static_cast<size_t>(slot));
+    auto* dst = reinterpret_cast<int32_t*>(static_cast<char*>(pinned_) +
+                                           slot_bytes_ * static_cast<size_t>(slot));
     std::copy(scratch_.begin(), scratch_.begin() + words, dst);
     cuda_check(cudaMemcpyAsync(arena_, dst, sizeof(int32_t) * static_cast<size_t>(words),
                                cudaMemcpyHostToDevice, stream),

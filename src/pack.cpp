@@ -25,7 +25,9 @@ class Packer {
     words_ += n;
     return at;
   }
-  int32_t put_rows(const RowList& rows) { return rows.identity ? -1 : put(rows.idx.data(), rows.n); }
+  int32_t put_rows(const RowList& rows) {
+    return rows.identity ? -1 : put(rows.idx.data(), rows.n);
+  }
   int32_t put_cumsum(const Cumsum& c) { return c.is_qsl ? qsl_ : put(c.v.data(), c.n + 1); }
 
   /// Adds a job writing `count` elements of `buf` and returns the view of them.
@@ -151,8 +153,8 @@ void Packer::masks_and_tokens() {
       v.masks = emit(JobKind::CopyMask, Buf::Masks, B, with(B, -1, mask_));
   }
   if (p_.tokens == StepPlan::Tokens::Arange) {
-    v.spec_tok = emit(JobKind::Arange, p_.stage_spec ? Buf::GraphSpecTok : Buf::SpecTok,
-                      p_.arange_len);
+    v.spec_tok =
+        emit(JobKind::Arange, p_.stage_spec ? Buf::GraphSpecTok : Buf::SpecTok, p_.arange_len);
     v.ns_tok = emit(JobKind::Arange, p_.stage_spec ? Buf::GraphNonSpecTok : Buf::NonSpecTok, 0);
   } else if (p_.tokens == StepPlan::Tokens::Partition) {
     const int32_t ns_tokens = p_.ns_qsl.v[p_.ns_qsl.n];
@@ -197,8 +199,10 @@ void Packer::prefill() {
   if (p_.conv) {
     const int32_t offsets = put(p_.conv_offsets.data(), p_.conv_seqs + 1);
     const auto cap = static_cast<int32_t>(l_.capacity[static_cast<int32_t>(Buf::ConvBatch)]);
-    v.conv_batch = emit(JobKind::ConvBatch, Buf::ConvBatch, cap, with(p_.conv_seqs, -1, 0, offsets));
-    v.conv_chunk = emit(JobKind::ConvChunk, Buf::ConvChunk, cap, with(p_.conv_seqs, -1, 0, offsets));
+    v.conv_batch =
+        emit(JobKind::ConvBatch, Buf::ConvBatch, cap, with(p_.conv_seqs, -1, 0, offsets));
+    v.conv_chunk =
+        emit(JobKind::ConvChunk, Buf::ConvChunk, cap, with(p_.conv_seqs, -1, 0, offsets));
   }
   if (!p_.prefill_fields) return;
   // Decodes peeled off the front in a mixed non-spec batch (SPEC §7 C).
@@ -207,8 +211,7 @@ void Packer::prefill() {
   v.prefill_has_initial_state = slice(v.has_initial_state, peel);
   if (peel > 0)
     v.prefill_qsl = emit(JobKind::CopyI32, Buf::PrefillQsl, ns - peel + 1,
-                         with(ns - peel + 1, -1, ns_qsl_ + peel, 0, 1,
-                              -p_.peel_tokens));
+                         with(ns - peel + 1, -1, ns_qsl_ + peel, 0, 1, -p_.peel_tokens));
   else
     v.prefill_qsl = v.ns_qsl;
   if (p_.chunks) {
@@ -231,11 +234,12 @@ void Packer::kda_extras() {
     const int32_t offsets = put(p_.cp_offsets.data(), ns);
     const int32_t cols = put(p_.cp_cols.data(), ns);
     v.cp_offsets = emit(JobKind::CopyI32, Buf::CheckpointOffsets, ns, with(ns, -1, offsets));
-    v.cp_state = emit(JobKind::CheckpointState, Buf::CheckpointState, ns, with(ns, ns_rows_, 0, cols));
+    v.cp_state =
+        emit(JobKind::CheckpointState, Buf::CheckpointState, ns, with(ns, ns_rows_, 0, cols));
   }
   if (p_.request_indices)
-    v.request_indices = emit(JobKind::CopyI32, Buf::RequestIndices, p_.sp_rows.n,
-                             with(p_.sp_rows.n, -1, sp_rows_));
+    v.request_indices =
+        emit(JobKind::CopyI32, Buf::RequestIndices, p_.sp_rows.n, with(p_.sp_rows.n, -1, sp_rows_));
   if (p_.commit_align)
     v.num_computed = emit(JobKind::NumComputed, Buf::NumComputed, p_.num_reqs, with(p_.num_reqs));
 }
@@ -257,7 +261,7 @@ Array<T> view(const FieldView& f, const BufferLayout& l, const char* base, int32
 int32_t spec_columns(const Config& c, const StepPlan& p, const BlockTable& table) {
   // Unaligned tables are sliced [:, :S]: a narrower table gives fewer columns.
   return c.mamba_cache_mode == CacheMode::Align ? p.spec_state_cols
-                                                 : std::min(p.spec_state_cols, table.width);
+                                                : std::min(p.spec_state_cols, table.width);
 }
 
 int32_t arena_capacity_words(const Config& c) {
@@ -329,13 +333,13 @@ Metadata materialize(const StepPlan& p, const StepViews& v, const BufferLayout& 
     commit.query_start_loc = m.spec_query_start_loc;
     commit.request_indices = view<int32_t>(v.request_indices, l, base, g);
     if (p.commit_align)
-      commit.align = RecoverSsmAlign{raw_table, view<int32_t>(v.num_computed, l, base, g),
-                                     c.block_size};
+      commit.align =
+          RecoverSsmAlign{raw_table, view<int32_t>(v.num_computed, l, base, g), c.block_size};
     m.recoverssm_commit = commit;
   }
   if (p.checkpoint)
-    m.checkpoint = Checkpoint{view<int32_t>(v.cp_offsets, l, base, g),
-                              view<int32_t>(v.cp_state, l, base, g)};
+    m.checkpoint =
+        Checkpoint{view<int32_t>(v.cp_offsets, l, base, g), view<int32_t>(v.cp_state, l, base, g)};
   return m;
 }
 

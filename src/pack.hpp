@@ -34,7 +34,8 @@ struct PackedStep {
 };
 
 /// Columns of a spec state row gathered from `table` (SPEC §3).
-[[nodiscard]] int32_t spec_columns(const Config& config, const StepPlan& plan, const BlockTable& table);
+[[nodiscard]] int32_t spec_columns(const Config& config, const StepPlan& plan,
+                                   const BlockTable& table);
 
 /// Upper bound of the arena size in int32 words.
 [[nodiscard]] int32_t arena_capacity_words(const Config& config);

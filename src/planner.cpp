@@ -25,8 +25,8 @@ struct Ctx {
   Capacity cap;
   StepPlan& p;
 
-  const int32_t* drafts = nullptr;     ///< the step's drafts, ql - 1 for a capture, or null
-  const bool* prefilling = nullptr;    ///< is_prefilling, all false when absent
+  const int32_t* drafts = nullptr;   ///< the step's drafts, ql - 1 for a capture, or null
+  const bool* prefilling = nullptr;  ///< is_prefilling, all false when absent
 
   [[nodiscard]] bool kda() const { return kind == BuilderKind::Kda; }
 };
@@ -113,10 +113,10 @@ void plan_no_spec(Ctx& x) {
 
 struct RowStats {
   int32_t spec = 0, non_spec = 0, ones = 0, zeros = 0, not_one = 0, prefilling = 0;
-  int32_t longest = 0;         ///< longest spec row
-  int32_t shortest = INT32_MAX;///< shortest spec row
-  int32_t spec_prefix = 0;     ///< spec rows among the first `spec` rows (computed after)
-  int32_t ns_tokens = 0;       ///< fits: tokens <= max_num_batched_tokens
+  int32_t longest = 0;           ///< longest spec row
+  int32_t shortest = INT32_MAX;  ///< shortest spec row
+  int32_t spec_prefix = 0;       ///< spec rows among the first `spec` rows (computed after)
+  int32_t ns_tokens = 0;         ///< fits: tokens <= max_num_batched_tokens
 };
 
 /// Counts over the spec mask. Branch-free loops of at most three reductions each,
@@ -127,7 +127,9 @@ RowStats row_stats(const StepPlan& p, const bool* prefilling, bool keep_padding)
   const int32_t* mask = p.mask.data();
   const auto* pf = reinterpret_cast<const uint8_t*>(prefilling);
   const int32_t keep = keep_padding ? 1 : 0;
-  auto non_spec = [&](int32_t r, int32_t q) { return (1 - mask[r]) & (keep | static_cast<int32_t>(q > 0)); };
+  auto non_spec = [&](int32_t r, int32_t q) {
+    return (1 - mask[r]) & (keep | static_cast<int32_t>(q > 0));
+  };
   RowStats st;
   for (int32_t r = 0; r < n; ++r) {
     const int32_t q = qsl[r + 1] - qsl[r];
@@ -152,7 +154,8 @@ RowStats row_stats(const StepPlan& p, const bool* prefilling, bool keep_padding)
   st.longest = longest;
   st.shortest = shortest;
   int32_t pref = 0;
-  for (int32_t r = 0; r < n; ++r) pref += non_spec(r, qsl[r + 1] - qsl[r]) & static_cast<int32_t>(pf[r]);
+  for (int32_t r = 0; r < n; ++r)
+    pref += non_spec(r, qsl[r + 1] - qsl[r]) & static_cast<int32_t>(pf[r]);
   st.prefilling = pref;
   int32_t prefix = 0;
   for (int32_t r = 0; r < st.spec; ++r) prefix += mask[r];
@@ -320,8 +323,8 @@ void plan_staging(Ctx& x) {
   if (!x.c.full_cuda_graph || p.num_prefills > 0) return;
   const int32_t D = x.cap.graph_bs;
   if (p.path == Path::PureSpec) {
-    const bool rows_fit = x.kda() ? p.num_reqs <= (x.c.use_recoverssm ? x.cap.rows : D)
-                                  : p.num_spec_decodes <= D;
+    const bool rows_fit =
+        x.kda() ? p.num_reqs <= (x.c.use_recoverssm ? x.cap.rows : D) : p.num_spec_decodes <= D;
     p.stage_spec = rows_fit && p.num_spec_decode_tokens <= D;
     // The persistent [D, S] buffer takes whole spec rows: unaligned tables need S columns.
     if (p.stage_spec && x.c.mamba_cache_mode != CacheMode::Align)
@@ -376,7 +379,8 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
     // The row only names the failure: look for it when some table is too narrow.
     int32_t row = 0;
     for (const BlockTable& t : tables)
-      if (t.width < cols) row = static_cast<int32_t>(std::find(seq.begin(), seq.end(), longest) - seq.begin());
+      if (t.width < cols)
+        row = static_cast<int32_t>(std::find(seq.begin(), seq.end(), longest) - seq.begin());
     p.width.need(cols, row, "the aligned state gather");
   }
   // Drafts (a capture build derives them) and is_prefilling, as plain arrays.

@@ -17,7 +17,8 @@ struct Split {
 /// that count as prefills whatever their length.
 template <class IsPrefilling>
 Split split_decodes_and_prefills(std::span<const int32_t> qsl, int32_t num_actual_tokens,
-                                 bool treat_short_extends_as_decodes, IsPrefilling&& is_prefilling) {
+                                 bool treat_short_extends_as_decodes,
+                                 IsPrefilling&& is_prefilling) {
   const auto n = static_cast<int32_t>(qsl.size()) - 1;
   auto ql = [&](int32_t r) { return qsl[r + 1] - qsl[r]; };
   if (treat_short_extends_as_decodes) {

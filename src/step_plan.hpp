@@ -26,9 +26,9 @@ struct RowList {
 /// A cumulative-length array [n + 1] that may alias the step's query_start_loc.
 struct Cumsum {
   std::vector<int32_t> v;
-  int32_t n = 0;          ///< sequences (n + 1 entries)
-  bool is_qsl = false;    ///< the first n + 1 entries of query_start_loc
-  bool present = false;   ///< computed (the output may still be absent)
+  int32_t n = 0;         ///< sequences (n + 1 entries)
+  bool is_qsl = false;   ///< the first n + 1 entries of query_start_loc
+  bool present = false;  ///< computed (the output may still be absent)
 };
 
 struct StepPlan : StepCounts {
@@ -39,27 +39,27 @@ struct StepPlan : StepCounts {
   Path path = Path::NoSpec;
   int32_t uniform_spec_len = -1;  ///< -1: absent
 
-  std::vector<int32_t> qsl;       ///< [num_reqs + 1] host copy
-  std::vector<int32_t> mask;      ///< [num_reqs] spec mask (0/1), valid on the spec path
+  std::vector<int32_t> qsl;             ///< [num_reqs + 1] host copy
+  std::vector<int32_t> mask;            ///< [num_reqs] spec mask (0/1), valid on the spec path
   std::vector<int32_t> capture_drafts;  ///< [num_reqs] ql - 1 of a capture build
   std::vector<uint8_t> no_prefilling;   ///< [max_num_seqs] zeros: is_prefilling when absent
-  bool mask_output = false;       ///< spec_sequence_masks is an output (GDN spec path)
+  bool mask_output = false;             ///< spec_sequence_masks is an output (GDN spec path)
 
-  RowList ns_rows;                ///< rows behind non_spec_* arrays
-  RowList sp_rows;                ///< rows behind spec_* arrays
-  bool ns_state = false;          ///< non_spec_state_indices present
+  RowList ns_rows;        ///< rows behind non_spec_* arrays
+  RowList sp_rows;        ///< rows behind spec_* arrays
+  bool ns_state = false;  ///< non_spec_state_indices present
   Cumsum ns_qsl;
-  bool ns_qsl_output = false;     ///< non_spec_query_start_loc present
+  bool ns_qsl_output = false;  ///< non_spec_query_start_loc present
   Cumsum sp_qsl;
-  int32_t spec_state_cols = 1;    ///< S
+  int32_t spec_state_cols = 1;  ///< S
 
   /// Token index outputs: none, arange (pure GDN spec) or the stable partition.
   enum class Tokens : int32_t { None, Arange, Partition } tokens = Tokens::None;
   int32_t arange_len = 0;
 
   // Prefill extras (num_prefills > 0).
-  bool prefill_fields = false;    ///< GDN prefill_* views
-  int32_t peel_rows = 0;          ///< decodes peeled off the non-spec rows
+  bool prefill_fields = false;  ///< GDN prefill_* views
+  int32_t peel_rows = 0;        ///< decodes peeled off the non-spec rows
   int32_t peel_tokens = 0;
   bool has_initial_state = false;
   bool chunks = false;
@@ -67,19 +67,19 @@ struct StepPlan : StepCounts {
   int32_t chunk_seqs = 0;
   /// chunk_indices numbers sequences as the reference does: by count of non-empty
   /// sequences so far (cumsum(chunk == 0) - 1). Offsets of the non-empty ones:
-  std::vector<int32_t> chunk_starts;   ///< [chunk_nonempty + 1]
+  std::vector<int32_t> chunk_starts;  ///< [chunk_nonempty + 1]
   int32_t chunk_nonempty = 0;
   bool conv = false;
-  std::vector<int32_t> conv_nums;      ///< [conv_seqs]
-  std::vector<int32_t> conv_offsets;   ///< [conv_seqs + 1]
+  std::vector<int32_t> conv_nums;     ///< [conv_seqs]
+  std::vector<int32_t> conv_offsets;  ///< [conv_seqs + 1]
   int32_t conv_seqs = 0;
 
   // KDA.
   bool checkpoint = false;
-  std::vector<int32_t> cp_offsets;     ///< [ns_rows.n]
-  std::vector<int32_t> cp_cols;        ///< [ns_rows.n]
+  std::vector<int32_t> cp_offsets;  ///< [ns_rows.n]
+  std::vector<int32_t> cp_cols;     ///< [ns_rows.n]
   bool recoverssm_commit = false;
-  bool request_indices = false;        ///< = sp_rows, mixed RecoverSSM path
+  bool request_indices = false;  ///< = sp_rows, mixed RecoverSSM path
   bool commit_align = false;
 
   /// The widest block-table read (checked for every table, also by update_block_table).

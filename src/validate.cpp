@@ -79,7 +79,8 @@ void validate_step(const Config& c, BuilderKind /*kind*/, const Step& s, bool ca
     int32_t least = lowest;
     for (const int32_t x : v) least = std::min(least, x);
     if (least >= lowest) return;
-    const auto r = std::find_if(v.begin(), v.end(), [&](int32_t x) { return x < lowest; }) - v.begin();
+    const auto r =
+        std::find_if(v.begin(), v.end(), [&](int32_t x) { return x < lowest; }) - v.begin();
     fail(fmt::format("{}[{}] = {} {}", field, r, v[static_cast<size_t>(r)], what));
   };
   check_min(s.seq_lens_cpu_upper_bound, 0, "seq_lens_cpu_upper_bound", "is negative");
@@ -102,18 +103,20 @@ void validate_tables(std::span<const BlockTable> tables) {
     const BlockTable& t = tables[g];
     if (t.data == nullptr) fail(fmt::format("block_table of group {} is null", g));
     if (t.width < 1 || t.row_stride < t.width)
-      fail(fmt::format("block_table of group {}: width = {} and row_stride = {} (need 1 <= width "
-                       "<= row_stride)",
-                       g, t.width, t.row_stride));
+      fail(
+          fmt::format("block_table of group {}: width = {} and row_stride = {} (need 1 <= width "
+                      "<= row_stride)",
+                      g, t.width, t.row_stride));
   }
 }
 
 void check_spec_row_length(const Config& c, BuilderKind kind, int32_t row, int32_t query_len) {
   if (query_len <= c.num_spec + 1) return;
   if (kind == BuilderKind::Kda && c.use_recoverssm)
-    fail(fmt::format("KDA RecoverSSM speculative decode query length exceeds its activation "
-                     "capacity: row {} has query length {} > num_spec + 1 = {}",
-                     row, query_len, c.num_spec + 1));
+    fail(
+        fmt::format("KDA RecoverSSM speculative decode query length exceeds its activation "
+                    "capacity: row {} has query length {} > num_spec + 1 = {}",
+                    row, query_len, c.num_spec + 1));
   fail(fmt::format("spec-decode row {} has query length {} > num_spec + 1 = {}", row, query_len,
                    c.num_spec + 1));
 }
@@ -130,9 +133,10 @@ void require_accepted(const Step& s) {
 void check_table_widths(std::span<const BlockTable> tables, const WidthNeed& need) {
   for (size_t g = 0; g < tables.size(); ++g)
     if (tables[g].width < need.cols)
-      fail(fmt::format("block_table of group {} is too narrow: row {} reads {} columns for {} but "
-                       "width = {}",
-                       g, need.row, need.cols, need.what, tables[g].width));
+      fail(
+          fmt::format("block_table of group {} is too narrow: row {} reads {} columns for {} but "
+                      "width = {}",
+                      g, need.row, need.cols, need.what, tables[g].width));
 }
 
 }  // namespace detail

@@ -104,7 +104,8 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
 
   // Row roles: decodes and spec decodes first (interleaved), then prefills, then padding.
   enum Role { Decode, Spec, Prefill, Pad };
-  const int32_t max_rows = r.capture ? std::min(config.max_num_seqs, D / (k + 1)) : config.max_num_seqs;
+  const int32_t max_rows =
+      r.capture ? std::min(config.max_num_seqs, D / (k + 1)) : config.max_num_seqs;
   const int32_t n = uniform(rng, 1, max_rows);
   const int32_t pads = coin(rng, 0.4) ? uniform(rng, 0, std::min(n - 1, 8)) : 0;
   const int32_t shape = uniform(rng, 0, 4);  // decode, spec, prefill, decode+prefill, any
@@ -115,7 +116,9 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
                 : shape == 1 ? (k > 0 ? Spec : Decode)
                 : shape == 2 ? Prefill
                 : shape == 3 ? (x == 0 ? Prefill : Decode)
-                             : (x == 0 ? Decode : x == 1 && k > 0 ? Spec : Prefill);
+                             : (x == 0            ? Decode
+                                : x == 1 && k > 0 ? Spec
+                                                  : Prefill);
     if (r.capture) role = k > 0 && coin(rng, 0.8) ? Spec : Decode;
     roles.push_back(role);
   }
@@ -140,8 +143,8 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
     r.capture = false;
     cap = std::max(config.max_num_batched_tokens, fixed + 16);
   }
-  r.config.max_num_batched_tokens = r.capture ? config.max_num_batched_tokens
-                                              : std::max(config.max_num_batched_tokens, cap);
+  r.config.max_num_batched_tokens =
+      r.capture ? config.max_num_batched_tokens : std::max(config.max_num_batched_tokens, cap);
   int32_t budget = cap - fixed - (coin(rng, 0.5) ? uniform(rng, 0, std::min(16, cap - fixed)) : 0);
   for (int32_t i = 0; i < n; ++i)
     if (roles[static_cast<size_t>(i)] == Prefill) {
@@ -178,8 +181,8 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
   int32_t need = k + 1;
   for (int32_t i = 0; i < n; ++i) {
     const int32_t seq = r.seq_ub[static_cast<size_t>(i)];
-    need = std::max(need, (seq > 0 ? (seq - 1) / config.block_size : 0) +
-                              config.num_speculative_blocks + 1);
+    need = std::max(
+        need, (seq > 0 ? (seq - 1) / config.block_size : 0) + config.num_speculative_blocks + 1);
     need = std::max(need, seq / config.block_size + 1);
   }
   r.width = need + uniform(rng, 0, 2);

@@ -58,7 +58,8 @@ class Inputs {
     const size_t bytes = std::max<size_t>(v.size(), 1) * sizeof(int32_t);
     cuda_ok(cudaMalloc(&p, bytes), "cudaMalloc");
     owned_.push_back(p);
-    if (!v.empty()) cuda_ok(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    if (!v.empty())
+      cuda_ok(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
     return static_cast<const int32_t*>(p);
   }
   Target target_;
@@ -93,7 +94,8 @@ json array_json(const Array<T>& a, Target t) {
   json out = json::array();
   for (int64_t r = 0; r < a.rows; ++r) {
     json row = json::array();
-    for (int32_t c = 0; c < a.cols; ++c) row.push_back(static_cast<T>(v[static_cast<size_t>(r * a.cols + c)]));
+    for (int32_t c = 0; c < a.cols; ++c)
+      row.push_back(static_cast<T>(v[static_cast<size_t>(r * a.cols + c)]));
     out.push_back(row);
   }
   return out;
@@ -125,8 +127,9 @@ Case parse_case(const json& j) {
   c.config.num_spec = cf.at("num_spec").get<int32_t>();
   c.config.max_num_seqs = cf.at("max_num_seqs").get<int32_t>();
   c.config.full_cuda_graph = cf.at("full_cuda_graph").get<bool>();
-  c.config.max_cudagraph_capture_size =
-      cf.at("max_cudagraph_capture_size").is_null() ? 0 : cf.at("max_cudagraph_capture_size").get<int32_t>();
+  c.config.max_cudagraph_capture_size = cf.at("max_cudagraph_capture_size").is_null()
+                                            ? 0
+                                            : cf.at("max_cudagraph_capture_size").get<int32_t>();
   c.config.mamba_cache_mode = cache_mode(cf.at("mamba_cache_mode").get<std::string>());
   c.config.block_size = cf.at("block_size").get<int32_t>();
   c.config.num_speculative_blocks = cf.at("num_speculative_blocks").get<int32_t>();
@@ -199,11 +202,15 @@ json to_json(const Metadata& m, BuilderKind kind) {
     auto bp = read(cv.batch_ptr, t);
     auto off = read(cv.token_chunk_offset_ptr, t);
     bool pad_ok = static_cast<int64_t>(bp.size()) >= 2 * std::max<int64_t>(1024, cv.tot);
-    for (size_t i = static_cast<size_t>(cv.tot); i < bp.size(); ++i) pad_ok = pad_ok && bp[i] == -1 && off[i] == -1;
+    for (size_t i = static_cast<size_t>(cv.tot); i < bp.size(); ++i)
+      pad_ok = pad_ok && bp[i] == -1 && off[i] == -1;
     bp.resize(std::min(bp.size(), static_cast<size_t>(cv.tot)));
     off.resize(std::min(off.size(), static_cast<size_t>(cv.tot)));
-    j["conv1d"] = {{"nums", nums}, {"tot", cv.tot}, {"batch_ptr", bp},
-                   {"token_chunk_offset_ptr", off}, {"capacity_padding_ok", pad_ok}};
+    j["conv1d"] = {{"nums", nums},
+                   {"tot", cv.tot},
+                   {"batch_ptr", bp},
+                   {"token_chunk_offset_ptr", off},
+                   {"capacity_padding_ok", pad_ok}};
   } else {
     j["conv1d"] = nullptr;
   }
@@ -221,9 +228,10 @@ json to_json(const Metadata& m, BuilderKind kind) {
     } else {
       j["recoverssm_commit"] = nullptr;
     }
-    j["checkpoint"] = m.checkpoint ? json{{"checkpoint_offsets", array_json(m.checkpoint->checkpoint_offsets, t)},
-                                          {"state_indices", array_json(m.checkpoint->state_indices, t)}}
-                                   : json(nullptr);
+    j["checkpoint"] =
+        m.checkpoint ? json{{"checkpoint_offsets", array_json(m.checkpoint->checkpoint_offsets, t)},
+                            {"state_indices", array_json(m.checkpoint->state_indices, t)}}
+                     : json(nullptr);
   }
   return j;
 }
@@ -236,7 +244,8 @@ std::vector<json> run_case(const Case& c, Target target, bool independent) {
   s.query_start_loc_cpu = c.qsl;
   s.seq_lens_cpu_upper_bound = c.seq_lens_ub;
   if (!c.is_prefilling.empty())
-    s.is_prefilling = {reinterpret_cast<const bool*>(c.is_prefilling.data()), c.is_prefilling.size()};
+    s.is_prefilling = {reinterpret_cast<const bool*>(c.is_prefilling.data()),
+                       c.is_prefilling.size()};
   if (c.has_drafts) s.num_decode_draft_tokens = c.drafts;
   s.query_start_loc = in.qsl_;
   s.seq_lens = in.seq_lens_;
@@ -261,7 +270,8 @@ std::vector<json> run_case(const Case& c, Target target, bool independent) {
   } else {
     opt.num_groups = static_cast<int32_t>(tables.size());
     MetadataBuilder b(c.kind, c.config, opt);
-    auto ms = c.capture ? b.build_groups_for_cudagraph_capture(s, tables) : b.build_groups(s, tables);
+    auto ms =
+        c.capture ? b.build_groups_for_cudagraph_capture(s, tables) : b.build_groups(s, tables);
     for (const auto& m : ms) finish(m);
   }
   return out;

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 
@@ -27,7 +26,7 @@ struct Case {
   std::vector<std::vector<int32_t>> tables;  ///< one flattened [num_reqs, width] per group
   int32_t width = 0;
   bool multi_group = false;
-  json expected;                    ///< expected (single group)
+  json expected;  ///< expected (single group)
   std::vector<json> expected_groups;
 };
 

@@ -31,9 +31,12 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) {
     if (std::strcmp(argv[i], "--target") == 0 && i + 1 < argc) {
       const std::string t = argv[++i];
-      if (t == "host") target = Target::Host;
-      else if (t == "cuda") target = Target::Cuda;
-      else return usage();
+      if (t == "host")
+        target = Target::Host;
+      else if (t == "cuda")
+        target = Target::Cuda;
+      else
+        return usage();
     } else {
       return usage();
     }

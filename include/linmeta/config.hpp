@@ -46,7 +46,8 @@ struct Config {
   /// D: rows (and tokens) the persistent FULL-graph buffers hold.
   [[nodiscard]] int32_t decode_cudagraph_max_bs() const {
     int32_t d = max_num_seqs * (num_spec + 1);
-    if (max_cudagraph_capture_size > 0 && max_cudagraph_capture_size < d) d = max_cudagraph_capture_size;
+    if (max_cudagraph_capture_size > 0 && max_cudagraph_capture_size < d)
+      d = max_cudagraph_capture_size;
     return d;
   }
 };

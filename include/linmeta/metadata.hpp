@@ -15,9 +15,9 @@ namespace linmeta {
 template <class T>
 struct Array {
   const T* data = nullptr;
-  int64_t rows = 0;   ///< first dimension
-  int32_t cols = 1;   ///< second dimension (1 for 1-D arrays)
-  int32_t ndim = 1;   ///< 1 or 2
+  int64_t rows = 0;  ///< first dimension
+  int32_t cols = 1;  ///< second dimension (1 for 1-D arrays)
+  int32_t ndim = 1;  ///< 1 or 2
   bool present = false;
 
   [[nodiscard]] int64_t size() const { return rows * cols; }
@@ -25,23 +25,23 @@ struct Array {
 };
 
 struct Conv1dMetadata {
-  int32_t tot = 0;                      ///< number of programs
-  Array<int32_t> nums;                  ///< host memory: programs per sequence
-  Array<int32_t> batch_ptr;             ///< [capacity], PAD_SLOT_ID past tot
-  Array<int32_t> token_chunk_offset_ptr;///< [capacity], PAD_SLOT_ID past tot
+  int32_t tot = 0;                        ///< number of programs
+  Array<int32_t> nums;                    ///< host memory: programs per sequence
+  Array<int32_t> batch_ptr;               ///< [capacity], PAD_SLOT_ID past tot
+  Array<int32_t> token_chunk_offset_ptr;  ///< [capacity], PAD_SLOT_ID past tot
 };
 
 struct RecoverSsmAlign {
-  BlockTable block_table;               ///< the step's raw block table (caller memory)
-  Array<int32_t> num_computed_tokens;   ///< [num_reqs]
+  BlockTable block_table;              ///< the step's raw block table (caller memory)
+  Array<int32_t> num_computed_tokens;  ///< [num_reqs]
   int32_t block_size = 0;
 };
 
 struct RecoverSsmCommit {
-  Array<int32_t> state_indices;         ///< = spec_state_indices_tensor
-  Array<int32_t> query_start_loc;       ///< = spec_query_start_loc
-  Array<int32_t> request_indices;       ///< mixed path only
-  std::optional<RecoverSsmAlign> align; ///< align mode only
+  Array<int32_t> state_indices;          ///< = spec_state_indices_tensor
+  Array<int32_t> query_start_loc;        ///< = spec_query_start_loc
+  Array<int32_t> request_indices;        ///< mixed path only
+  std::optional<RecoverSsmAlign> align;  ///< align mode only
 };
 
 struct Checkpoint {

@@ -17,37 +17,59 @@ constexpr nb::dlpack::dtype kInt32{static_cast<uint8_t>(dtype_code::Int), 32, 1}
 constexpr nb::dlpack::dtype kBool{static_cast<uint8_t>(dtype_code::Bool), 8, 1};
 
 std::string obj_type_name(nb::handle obj) {
-  return nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())))));
+  return nb::cast<std::string>(
+      nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())))));
 }
 
 std::string device_name(int32_t type, int32_t id) {
   switch (type) {
-    case kDLCPU: return "host (cpu) memory";
-    case kDLCUDA: return "CUDA device " + std::to_string(id) + " memory";
-    case kDLCUDAHost: return "pinned host memory";
-    case kDLCUDAManaged: return "CUDA managed memory";
-    default: return "memory of DLPack device type " + std::to_string(type);
+    case kDLCPU:
+      return "host (cpu) memory";
+    case kDLCUDA:
+      return "CUDA device " + std::to_string(id) + " memory";
+    case kDLCUDAHost:
+      return "pinned host memory";
+    case kDLCUDAManaged:
+      return "CUDA managed memory";
+    default:
+      return "memory of DLPack device type " + std::to_string(type);
   }
 }
 
 /// Parses an array-interface typestr ("<i4", "|b1", ...) into a DLPack dtype.
 nb::dlpack::dtype parse_typestr(const std::string& s, const char* name) {
-  if (s.size() < 3) throw nb::type_error(("linmeta: " + std::string(name) + ": unsupported typestr '" + s + "'").c_str());
+  if (s.size() < 3)
+    throw nb::type_error(
+        ("linmeta: " + std::string(name) + ": unsupported typestr '" + s + "'").c_str());
   const char order = s[0];
   const char kind = s[1];
   const int bytes = std::stoi(s.substr(2));
   const bool little = true;  // x86-64 / aarch64 hosts
-  if (bytes > 1 && ((order == '>' && little) || (order != '<' && order != '>' && order != '=' && order != '|')))
-    throw nb::type_error(("linmeta: " + std::string(name) + ": unsupported byte order in typestr '" + s + "'").c_str());
+  if (bytes > 1 &&
+      ((order == '>' && little) || (order != '<' && order != '>' && order != '=' && order != '|')))
+    throw nb::type_error(
+        ("linmeta: " + std::string(name) + ": unsupported byte order in typestr '" + s + "'")
+            .c_str());
   nb::dlpack::dtype dt{};
   switch (kind) {
-    case 'i': dt.code = static_cast<uint8_t>(dtype_code::Int); break;
-    case 'u': dt.code = static_cast<uint8_t>(dtype_code::UInt); break;
-    case 'f': dt.code = static_cast<uint8_t>(dtype_code::Float); break;
-    case 'b': dt.code = static_cast<uint8_t>(dtype_code::Bool); break;
-    case 'c': dt.code = static_cast<uint8_t>(dtype_code::Complex); break;
+    case 'i':
+      dt.code = static_cast<uint8_t>(dtype_code::Int);
+      break;
+    case 'u':
+      dt.code = static_cast<uint8_t>(dtype_code::UInt);
+      break;
+    case 'f':
+      dt.code = static_cast<uint8_t>(dtype_code::Float);
+      break;
+    case 'b':
+      dt.code = static_cast<uint8_t>(dtype_code::Bool);
+      break;
+    case 'c':
+      dt.code = static_cast<uint8_t>(dtype_code::Complex);
+      break;
     default:
-      throw nb::type_error(("linmeta: " + std::string(name) + ": unsupported typestr '" + s + "'").c_str());
+      throw nb::type_error(
+          ("linmeta: " + std::string(name) + ": unsupported typestr '" + s + "'").c_str());
   }
   dt.bits = static_cast<uint8_t>(bytes * 8);
   dt.lanes = 1;
@@ -77,10 +99,12 @@ void order_after(int64_t producer, Stream consumer) {
   cuda_or_raise(r2, "ordering a __cuda_array_interface__ producer stream");
 }
 
-ImportedArray from_interface(nb::handle obj, nb::handle iface, const char* name, bool cuda, Stream consumer) {
+ImportedArray from_interface(nb::handle obj, nb::handle iface, const char* name, bool cuda,
+                             Stream consumer) {
   const char* which = cuda ? "__cuda_array_interface__" : "__array_interface__";
   if (!nb::isinstance<nb::dict>(iface))
-    throw nb::type_error(("linmeta: " + std::string(name) + ": " + which + " is not a dict").c_str());
+    throw nb::type_error(
+        ("linmeta: " + std::string(name) + ": " + which + " is not a dict").c_str());
   nb::dict d = nb::borrow<nb::dict>(iface);
   ImportedArray a;
   a.present = true;
@@ -88,14 +112,16 @@ ImportedArray from_interface(nb::handle obj, nb::handle iface, const char* name,
   a.dtype = parse_typestr(nb::cast<std::string>(d["typestr"]), name);
   nb::tuple shape = nb::cast<nb::tuple>(d["shape"]);
   a.ndim = static_cast<int32_t>(nb::len(shape));
-  for (int32_t i = 0; i < a.ndim && i < 2; ++i) a.shape[i] = nb::cast<int64_t>(shape[static_cast<size_t>(i)]);
+  for (int32_t i = 0; i < a.ndim && i < 2; ++i)
+    a.shape[i] = nb::cast<int64_t>(shape[static_cast<size_t>(i)]);
   if (d.contains("mask") && !d["mask"].is_none())
-    throw nb::type_error(("linmeta: " + std::string(name) + ": masked arrays are not supported").c_str());
+    throw nb::type_error(
+        ("linmeta: " + std::string(name) + ": masked arrays are not supported").c_str());
   nb::object data = d["data"];
   if (!nb::isinstance<nb::tuple>(data))
-    throw nb::type_error(
-        ("linmeta: " + std::string(name) + ": " + which + " without a (pointer, read_only) data tuple is not supported")
-            .c_str());
+    throw nb::type_error(("linmeta: " + std::string(name) + ": " + which +
+                          " without a (pointer, read_only) data tuple is not supported")
+                             .c_str());
   const auto ptr = nb::cast<uintptr_t>(nb::cast<nb::tuple>(data)[0]);
   a.data = reinterpret_cast<const void*>(ptr);
   const int64_t itemsize = (a.dtype.bits + 7) / 8;
@@ -105,7 +131,8 @@ ImportedArray from_interface(nb::handle obj, nb::handle iface, const char* name,
     for (int32_t i = 0; i < a.ndim && i < 2; ++i) {
       const auto bytes = nb::cast<int64_t>(st[static_cast<size_t>(i)]);
       if (bytes % itemsize != 0)
-        raise_error(std::string(name) + ": stride of " + std::to_string(bytes) + " bytes is not a multiple of the element size");
+        raise_error(std::string(name) + ": stride of " + std::to_string(bytes) +
+                    " bytes is not a multiple of the element size");
       a.strides[i] = bytes / itemsize;
     }
   } else if (a.ndim == 2) {
@@ -133,7 +160,8 @@ ImportedArray from_interface(nb::handle obj, nb::handle iface, const char* name,
       cudaGetLastError();
     }
   }
-  if (d.contains("stream") && !d["stream"].is_none()) order_after(nb::cast<int64_t>(d["stream"]), consumer);
+  if (d.contains("stream") && !d["stream"].is_none())
+    order_after(nb::cast<int64_t>(d["stream"]), consumer);
   return a;
 }
 
@@ -150,22 +178,38 @@ ArrayType parse_array_type(const std::string& s) {
 
 const char* array_type_name(ArrayType t) {
   switch (t) {
-    case ArrayType::Numpy: return "numpy";
-    case ArrayType::Torch: return "torch";
-    default: return "dlpack";
+    case ArrayType::Numpy:
+      return "numpy";
+    case ArrayType::Torch:
+      return "torch";
+    default:
+      return "dlpack";
   }
 }
 
 std::string dtype_name(nb::dlpack::dtype dt) {
   std::string base;
   switch (static_cast<dtype_code>(dt.code)) {
-    case dtype_code::Int: base = "int"; break;
-    case dtype_code::UInt: base = "uint"; break;
-    case dtype_code::Float: base = "float"; break;
-    case dtype_code::Bfloat: base = "bfloat"; break;
-    case dtype_code::Complex: base = "complex"; break;
-    case dtype_code::Bool: return "bool";
-    default: base = "dtype(code " + std::to_string(dt.code) + ")"; break;
+    case dtype_code::Int:
+      base = "int";
+      break;
+    case dtype_code::UInt:
+      base = "uint";
+      break;
+    case dtype_code::Float:
+      base = "float";
+      break;
+    case dtype_code::Bfloat:
+      base = "bfloat";
+      break;
+    case dtype_code::Complex:
+      base = "complex";
+      break;
+    case dtype_code::Bool:
+      return "bool";
+    default:
+      base = "dtype(code " + std::to_string(dt.code) + ")";
+      break;
   }
   std::string out = base + std::to_string(dt.bits);
   if (dt.lanes != 1) out += "x" + std::to_string(dt.lanes);
@@ -195,33 +239,37 @@ ImportedArray import_array(nb::handle obj, const char* name, Stream consumer) {
     return from_interface(obj, obj.attr("__cuda_array_interface__"), name, true, consumer);
   if (nb::hasattr(obj, "__array_interface__"))
     return from_interface(obj, obj.attr("__array_interface__"), name, false, consumer);
-  throw nb::type_error(("linmeta: " + std::string(name) +
-                        ": expected an array (a DLPack, __cuda_array_interface__, __array_interface__ or "
-                        "buffer-protocol object such as a torch.Tensor or numpy.ndarray), got " +
-                        obj_type_name(obj))
-                           .c_str());
+  throw nb::type_error(
+      ("linmeta: " + std::string(name) +
+       ": expected an array (a DLPack, __cuda_array_interface__, __array_interface__ or "
+       "buffer-protocol object such as a torch.Tensor or numpy.ndarray), got " +
+       obj_type_name(obj))
+          .c_str());
 }
 
-void require(const ImportedArray& a, const char* name, const Requirement& req, const TargetMemory& mem) {
+void require(const ImportedArray& a, const char* name, const Requirement& req,
+             const TargetMemory& mem) {
   const nb::dlpack::dtype want = req.boolean ? kBool : kInt32;
   if (a.dtype != want)
-    throw nb::type_error(("linmeta: " + std::string(name) + ": expected dtype " + dtype_name(want) + ", got " +
-                          dtype_name(a.dtype) +
-                          (req.boolean ? "" : " (convert with .to(torch.int32) / .astype(numpy.int32))"))
-                             .c_str());
+    throw nb::type_error(
+        ("linmeta: " + std::string(name) + ": expected dtype " + dtype_name(want) + ", got " +
+         dtype_name(a.dtype) +
+         (req.boolean ? "" : " (convert with .to(torch.int32) / .astype(numpy.int32))"))
+            .c_str());
   if (a.ndim != req.ndim)
     raise_error(std::string(name) + ": expected a " + std::to_string(req.ndim) + "-D array, got " +
                 std::to_string(a.ndim) + "-D");
   const bool on_device = req.device && mem.target == Target::Cuda;
   bool ok;
   if (on_device)
-    ok = (a.device_type == kDLCUDA && a.device_id == mem.device_id) || a.device_type == kDLCUDAManaged;
+    ok = (a.device_type == kDLCUDA && a.device_id == mem.device_id) ||
+         a.device_type == kDLCUDAManaged;
   else
     ok = a.device_type == kDLCPU || a.device_type == kDLCUDAHost;
   if (!ok) {
     const std::string want_mem =
         on_device ? device_name(kDLCUDA, mem.device_id) : std::string("host (cpu) memory");
-    std::string why = on_device ? " (the cuda builder's device arrays)"
+    std::string why = on_device    ? " (the cuda builder's device arrays)"
                       : req.device ? " (the host builder takes every array in host memory)"
                                    : " (a host array of the step)";
     raise_error(std::string(name) + " must be in " + want_mem + why + ", got " +
@@ -229,10 +277,12 @@ void require(const ImportedArray& a, const char* name, const Requirement& req, c
   }
   if (req.ndim == 1) {
     if (a.shape[0] > 1 && a.strides[0] != 1)
-      raise_error(std::string(name) + " must be contiguous (stride 1), got stride " + std::to_string(a.strides[0]));
+      raise_error(std::string(name) + " must be contiguous (stride 1), got stride " +
+                  std::to_string(a.strides[0]));
   } else {
     if (a.shape[1] > 1 && a.strides[1] != 1)
-      raise_error(std::string(name) + " must have contiguous rows (stride(1) == 1), got stride(1) = " +
+      raise_error(std::string(name) +
+                  " must have contiguous rows (stride(1) == 1), got stride(1) = " +
                   std::to_string(a.strides[1]));
     if (a.shape[0] > 1 && a.strides[0] < a.shape[1])
       raise_error(std::string(name) + ": row stride " + std::to_string(a.strides[0]) +
@@ -240,15 +290,20 @@ void require(const ImportedArray& a, const char* name, const Requirement& req, c
   }
 }
 
-nb::object export_array(const void* data, int32_t ndim, int64_t rows, int64_t cols, nb::dlpack::dtype dtype,
-                        int32_t device_type, int32_t device_id, nb::handle owner, ArrayType type) {
-  const size_t shape[2] = {static_cast<size_t>(rows < 0 ? 0 : rows), static_cast<size_t>(cols < 0 ? 0 : cols)};
-  nb::ndarray<> nd(const_cast<void*>(data), static_cast<size_t>(ndim), shape, owner, nullptr, dtype, device_type,
-                   device_id);
+nb::object export_array(const void* data, int32_t ndim, int64_t rows, int64_t cols,
+                        nb::dlpack::dtype dtype, int32_t device_type, int32_t device_id,
+                        nb::handle owner, ArrayType type) {
+  const size_t shape[2] = {static_cast<size_t>(rows < 0 ? 0 : rows),
+                           static_cast<size_t>(cols < 0 ? 0 : cols)};
+  nb::ndarray<> nd(const_cast<void*>(data), static_cast<size_t>(ndim), shape, owner, nullptr, dtype,
+                   device_type, device_id);
   switch (type) {
-    case ArrayType::Torch: return nb::cast(nb::ndarray<nb::pytorch>(nd), nb::rv_policy::reference);
-    case ArrayType::Numpy: return nb::cast(nb::ndarray<nb::numpy>(nd), nb::rv_policy::reference);
-    default: return nb::cast(nb::ndarray<nb::array_api>(nd), nb::rv_policy::reference);
+    case ArrayType::Torch:
+      return nb::cast(nb::ndarray<nb::pytorch>(nd), nb::rv_policy::reference);
+    case ArrayType::Numpy:
+      return nb::cast(nb::ndarray<nb::numpy>(nd), nb::rv_policy::reference);
+    default:
+      return nb::cast(nb::ndarray<nb::array_api>(nd), nb::rv_policy::reference);
   }
 }
 

@@ -65,14 +65,16 @@ struct TargetMemory {
 
 /// Checks dtype (TypeError), dimensionality, memory and strides (linmeta.Error).
 /// 1-D arrays must be contiguous; 2-D arrays need stride(1) == 1.
-void require(const ImportedArray& a, const char* name, const Requirement& req, const TargetMemory& mem);
+void require(const ImportedArray& a, const char* name, const Requirement& req,
+             const TargetMemory& mem);
 
 /// Human-readable dtype ("int32", "bool", ...).
 std::string dtype_name(nb::dlpack::dtype dt);
 
 /// A view of memory owned by `owner` as an ndarray of `type` (no copy).
-nb::object export_array(const void* data, int32_t ndim, int64_t rows, int64_t cols, nb::dlpack::dtype dtype,
-                        int32_t device_type, int32_t device_id, nb::handle owner, ArrayType type);
+nb::object export_array(const void* data, int32_t ndim, int64_t rows, int64_t cols,
+                        nb::dlpack::dtype dtype, int32_t device_type, int32_t device_id,
+                        nb::handle owner, ArrayType type);
 
 /// Throws linmeta::Error (Python: linmeta.Error, a ValueError) with "linmeta: " + message.
 [[noreturn]] void raise_error(const std::string& message);

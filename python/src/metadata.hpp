@@ -56,8 +56,8 @@ enum class Field : int32_t {
 
 class PyMetadata {
  public:
-  PyMetadata(const Metadata& m, nb::object builder, nb::object table, int32_t group, int32_t num_reqs,
-             int32_t device_id, ArrayType array_type)
+  PyMetadata(const Metadata& m, nb::object builder, nb::object table, int32_t group,
+             int32_t num_reqs, int32_t device_id, ArrayType array_type)
       : m_(m),
         builder_(std::move(builder)),
         table_(std::move(table)),

@@ -4,10 +4,10 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <deque>
 #include <limits>
 #include <optional>
 #include <string>
-#include <deque>
 #include <vector>
 
 #include "arrays.hpp"
@@ -30,9 +30,12 @@ CacheMode parse_cache_mode(const std::string& s) {
 
 const char* cache_mode_name(CacheMode m) {
   switch (m) {
-    case CacheMode::All: return "all";
-    case CacheMode::Align: return "align";
-    default: return "none";
+    case CacheMode::All:
+      return "all";
+    case CacheMode::Align:
+      return "align";
+    default:
+      return "none";
   }
 }
 
@@ -53,8 +56,9 @@ Stream parse_stream(nb::handle s) {
     v = attr;
   }
   if (!PyLong_Check(v.ptr()))
-    throw nb::type_error("linmeta: stream must be an int cudaStream_t handle (e.g. "
-                         "torch.cuda.current_stream().cuda_stream), a torch.cuda.Stream or None");
+    throw nb::type_error(
+        "linmeta: stream must be an int cudaStream_t handle (e.g. "
+        "torch.cuda.current_stream().cuda_stream), a torch.cuda.Stream or None");
   const unsigned long long h = PyLong_AsUnsignedLongLong(v.ptr());
   if (PyErr_Occurred()) {
     PyErr_Clear();
@@ -64,8 +68,8 @@ Stream parse_stream(nb::handle s) {
 }
 
 struct PyBuilder {
-  PyBuilder(BuilderKind kind, const Config& config, const BuilderOptions& options, int32_t device_id,
-            ArrayType array_type)
+  PyBuilder(BuilderKind kind, const Config& config, const BuilderOptions& options,
+            int32_t device_id, ArrayType array_type)
       : builder(kind, config, options), device_id(device_id), array_type(array_type) {}
 
   MetadataBuilder builder;
@@ -85,7 +89,8 @@ struct PyKdaBuilder : PyBuilder {
 /// The Python arguments of one step.
 struct StepArgs {
   nb::handle query_start_loc_cpu, seq_lens, seq_lens_cpu_upper_bound, num_actual_tokens;
-  nb::handle query_start_loc, is_prefilling, num_decode_draft_tokens_cpu, num_accepted_tokens, num_reqs;
+  nb::handle query_start_loc, is_prefilling, num_decode_draft_tokens_cpu, num_accepted_tokens,
+      num_reqs;
   nb::handle stream;
 };
 
@@ -111,19 +116,21 @@ int32_t to_int32(nb::handle v, const char* name) {
   return static_cast<int32_t>(x);
 }
 
-void check_length(const ImportedArray& a, const char* name, int64_t need, bool exact, const char* what) {
+void check_length(const ImportedArray& a, const char* name, int64_t need, bool exact,
+                  const char* what) {
   if (exact ? a.shape[0] != need : a.shape[0] < need)
     raise_error(std::string(name) + " has " + std::to_string(a.shape[0]) + " entries, expected " +
                 (exact ? "" : "at least ") + what + " = " + std::to_string(need));
 }
 
-BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32_t num_reqs, const TargetMemory& mem) {
+BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32_t num_reqs,
+                        const TargetMemory& mem) {
   if (!obj.is_valid() || obj.is_none()) raise_error(std::string(name) + " is required");
   ImportedArray a = import_array(obj, name, p.stream);
   require(a, name, {.device = true, .boolean = false, .ndim = 2}, mem);
   if (a.shape[0] < num_reqs)
-    raise_error(std::string(name) + " has " + std::to_string(a.shape[0]) + " rows, the step has num_reqs = " +
-                std::to_string(num_reqs));
+    raise_error(std::string(name) + " has " + std::to_string(a.shape[0]) +
+                " rows, the step has num_reqs = " + std::to_string(num_reqs));
   if (a.shape[1] > std::numeric_limits<int32_t>::max())
     raise_error(std::string(name) + " is too wide (" + std::to_string(a.shape[1]) + " columns)");
   BlockTable t;
@@ -142,7 +149,8 @@ void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
   if (mem.target == Target::Host) (void)parse_stream(a.stream);  // still type-check it
   Step& s = p.step;
 
-  auto imp = [&](nb::handle obj, const char* name, Requirement req, bool required) -> ImportedArray* {
+  auto imp = [&](nb::handle obj, const char* name, Requirement req,
+                 bool required) -> ImportedArray* {
     if (!obj.is_valid() || obj.is_none()) {
       if (required) raise_error(std::string(name) + " is required");
       return nullptr;
@@ -164,8 +172,10 @@ void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
     if (n < 0) raise_error("num_reqs = " + std::to_string(n) + " is negative");
     check_length(*qsl_cpu, "query_start_loc_cpu", int64_t{n} + 1, false, "num_reqs + 1");
   } else {
-    if (qsl_cpu->shape[0] < 1) raise_error("query_start_loc_cpu is empty (it holds num_reqs + 1 entries)");
-    if (qsl_cpu->shape[0] - 1 > std::numeric_limits<int32_t>::max()) raise_error("query_start_loc_cpu is too long");
+    if (qsl_cpu->shape[0] < 1)
+      raise_error("query_start_loc_cpu is empty (it holds num_reqs + 1 entries)");
+    if (qsl_cpu->shape[0] - 1 > std::numeric_limits<int32_t>::max())
+      raise_error("query_start_loc_cpu is too long");
     n = static_cast<int32_t>(qsl_cpu->shape[0] - 1);
   }
   const bool exact = !explicit_n;
@@ -173,7 +183,8 @@ void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
   s.num_actual_tokens = to_int32(a.num_actual_tokens, "num_actual_tokens");
   s.query_start_loc_cpu = {static_cast<const int32_t*>(qsl_cpu->data), static_cast<size_t>(n) + 1};
 
-  const ImportedArray* ub = imp(a.seq_lens_cpu_upper_bound, "seq_lens_cpu_upper_bound", host_i32, true);
+  const ImportedArray* ub =
+      imp(a.seq_lens_cpu_upper_bound, "seq_lens_cpu_upper_bound", host_i32, true);
   check_length(*ub, "seq_lens_cpu_upper_bound", n, exact, "num_reqs");
   s.seq_lens_cpu_upper_bound = {static_cast<const int32_t*>(ub->data), static_cast<size_t>(n)};
 
@@ -181,7 +192,8 @@ void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
     check_length(*ip, "is_prefilling", n, exact, "num_reqs");
     s.is_prefilling = {static_cast<const bool*>(ip->data), static_cast<size_t>(n)};
   }
-  if (const ImportedArray* dr = imp(a.num_decode_draft_tokens_cpu, "num_decode_draft_tokens_cpu", host_i32, false)) {
+  if (const ImportedArray* dr =
+          imp(a.num_decode_draft_tokens_cpu, "num_decode_draft_tokens_cpu", host_i32, false)) {
     check_length(*dr, "num_decode_draft_tokens_cpu", n, exact, "num_reqs");
     s.num_decode_draft_tokens = {static_cast<const int32_t*>(dr->data), static_cast<size_t>(n)};
   }
@@ -199,20 +211,21 @@ void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
   const ImportedArray* sl = imp(a.seq_lens, "seq_lens", dev_i32, true);
   check_length(*sl, "seq_lens", n, exact, "num_reqs");
   s.seq_lens = static_cast<const int32_t*>(sl->data);
-  if (const ImportedArray* acc = imp(a.num_accepted_tokens, "num_accepted_tokens", dev_i32, false)) {
+  if (const ImportedArray* acc =
+          imp(a.num_accepted_tokens, "num_accepted_tokens", dev_i32, false)) {
     check_length(*acc, "num_accepted_tokens", n, exact, "num_reqs");
     s.num_accepted_tokens = static_cast<const int32_t*>(acc->data);
   }
 }
 
-nb::object make_metadata(const Metadata& m, nb::handle builder_obj, const PyBuilder& b, nb::object table,
-                         int32_t group, int32_t num_reqs) {
-  return nb::cast(PyMetadata(m, nb::borrow(builder_obj), std::move(table), group, num_reqs, b.device_id,
-                             b.array_type));
+nb::object make_metadata(const Metadata& m, nb::handle builder_obj, const PyBuilder& b,
+                         nb::object table, int32_t group, int32_t num_reqs) {
+  return nb::cast(PyMetadata(m, nb::borrow(builder_obj), std::move(table), group, num_reqs,
+                             b.device_id, b.array_type));
 }
 
-nb::object build_one(nb::pointer_and_handle<PyBuilder> self, const StepArgs& a, nb::handle block_table,
-                     bool capture) {
+nb::object build_one(nb::pointer_and_handle<PyBuilder> self, const StepArgs& a,
+                     nb::handle block_table, bool capture) {
   PyBuilder& b = *self.p;
   PreparedStep p;
   prepare(p, b, a);
@@ -222,13 +235,14 @@ nb::object build_one(nb::pointer_and_handle<PyBuilder> self, const StepArgs& a, 
   return make_metadata(m, self.h, b, p.table_objects[0], 0, p.step.num_reqs);
 }
 
-nb::list build_groups(nb::pointer_and_handle<PyBuilder> self, const StepArgs& a, nb::handle block_tables,
-                      bool capture) {
+nb::list build_groups(nb::pointer_and_handle<PyBuilder> self, const StepArgs& a,
+                      nb::handle block_tables, bool capture) {
   PyBuilder& b = *self.p;
   PreparedStep p;
   prepare(p, b, a);
   if (!block_tables.is_valid() || block_tables.is_none() || !PySequence_Check(block_tables.ptr()))
-    throw nb::type_error("linmeta: block_tables must be a sequence of block tables, one per KV-cache group");
+    throw nb::type_error(
+        "linmeta: block_tables must be a sequence of block tables, one per KV-cache group");
   nb::object seq = nb::borrow(block_tables);
   const size_t G = nb::len(seq);
   for (size_t g = 0; g < G; ++g) {
@@ -237,11 +251,13 @@ nb::list build_groups(nb::pointer_and_handle<PyBuilder> self, const StepArgs& a,
     p.tables.push_back(import_table(p, t, name.c_str(), p.step.num_reqs, b.memory()));
   }
   if (!p.tables.empty()) p.step.block_table = p.tables[0];
-  std::span<const Metadata> ms = capture ? b.builder.build_groups_for_cudagraph_capture(p.step, p.tables, p.stream)
-                                         : b.builder.build_groups(p.step, p.tables, p.stream);
+  std::span<const Metadata> ms =
+      capture ? b.builder.build_groups_for_cudagraph_capture(p.step, p.tables, p.stream)
+              : b.builder.build_groups(p.step, p.tables, p.stream);
   nb::list out;
   for (size_t g = 0; g < ms.size(); ++g)
-    out.append(make_metadata(ms[g], self.h, b, p.table_objects[g], static_cast<int32_t>(g), p.step.num_reqs));
+    out.append(make_metadata(ms[g], self.h, b, p.table_objects[g], static_cast<int32_t>(g),
+                             p.step.num_reqs));
   return out;
 }
 
@@ -251,8 +267,9 @@ nb::dict config_dict(const Config& c) {
   d["max_num_seqs"] = c.max_num_seqs;
   d["max_num_batched_tokens"] = c.max_num_batched_tokens;
   d["full_cuda_graph"] = c.full_cuda_graph;
-  d["max_cudagraph_capture_size"] =
-      c.max_cudagraph_capture_size > 0 ? nb::object(nb::int_(c.max_cudagraph_capture_size)) : nb::none();
+  d["max_cudagraph_capture_size"] = c.max_cudagraph_capture_size > 0
+                                        ? nb::object(nb::int_(c.max_cudagraph_capture_size))
+                                        : nb::none();
   d["mamba_cache_mode"] = cache_mode_name(c.mamba_cache_mode);
   d["block_size"] = c.block_size;
   d["num_speculative_blocks"] = c.num_speculative_blocks;
@@ -265,18 +282,24 @@ nb::dict config_dict(const Config& c) {
 const char* kBuildDoc =
     "Builds this step's metadata (group 0 of a single-group builder).\n\n"
     "Host arrays (CPU memory): query_start_loc_cpu [num_reqs + 1] int32, seq_lens_cpu_upper_bound\n"
-    "[num_reqs] int32, is_prefilling [num_reqs] bool (optional), num_decode_draft_tokens_cpu [num_reqs]\n"
-    "int32 (optional). Device arrays (the target's memory): query_start_loc [num_reqs + 1] int32 (may be\n"
+    "[num_reqs] int32, is_prefilling [num_reqs] bool (optional), num_decode_draft_tokens_cpu "
+    "[num_reqs]\n"
+    "int32 (optional). Device arrays (the target's memory): query_start_loc [num_reqs + 1] int32 "
+    "(may be\n"
     "omitted on the host target), seq_lens [num_reqs] int32, num_accepted_tokens [num_reqs] int32\n"
-    "(optional), block_table [>= num_reqs, W] int32 with contiguous rows. num_actual_tokens: padded\n"
-    "token count. num_reqs: defaults to len(query_start_loc_cpu) - 1; when given, arrays may be longer.\n"
-    "stream: cudaStream_t as an int (torch.cuda.current_stream().cuda_stream) or a torch.cuda.Stream.\n"
+    "(optional), block_table [>= num_reqs, W] int32 with contiguous rows. num_actual_tokens: "
+    "padded\n"
+    "token count. num_reqs: defaults to len(query_start_loc_cpu) - 1; when given, arrays may be "
+    "longer.\n"
+    "stream: cudaStream_t as an int (torch.cuda.current_stream().cuda_stream) or a "
+    "torch.cuda.Stream.\n"
     "Arrays are read without copies; they must stay alive until the enqueued work has run.";
 
 template <class Cls>
 void def_build_methods(Cls& cls) {
-  auto step_args = [](nb::handle qsl_cpu, nb::handle seq_lens, nb::handle ub, nb::handle nat, nb::handle qsl,
-                      nb::handle ip, nb::handle drafts, nb::handle accepted, nb::handle num_reqs, nb::handle stream) {
+  auto step_args = [](nb::handle qsl_cpu, nb::handle seq_lens, nb::handle ub, nb::handle nat,
+                      nb::handle qsl, nb::handle ip, nb::handle drafts, nb::handle accepted,
+                      nb::handle num_reqs, nb::handle stream) {
     StepArgs a;
     a.query_start_loc_cpu = qsl_cpu;
     a.seq_lens = seq_lens;
@@ -290,37 +313,44 @@ void def_build_methods(Cls& cls) {
     a.stream = stream;
     return a;
   };
-#define LINMETA_STEP_PARAMS                                                                                      \
-  nb::handle query_start_loc_cpu, nb::handle seq_lens, nb::handle seq_lens_cpu_upper_bound,                    \
-      nb::handle num_actual_tokens, nb::handle query_start_loc, nb::handle is_prefilling,                      \
-      nb::handle num_decode_draft_tokens_cpu, nb::handle num_accepted_tokens, nb::handle num_reqs,              \
+#define LINMETA_STEP_PARAMS                                                                        \
+  nb::handle query_start_loc_cpu, nb::handle seq_lens, nb::handle seq_lens_cpu_upper_bound,        \
+      nb::handle num_actual_tokens, nb::handle query_start_loc, nb::handle is_prefilling,          \
+      nb::handle num_decode_draft_tokens_cpu, nb::handle num_accepted_tokens, nb::handle num_reqs, \
       nb::handle stream
-#define LINMETA_STEP_ARGS                                                                                        \
-  step_args(query_start_loc_cpu, seq_lens, seq_lens_cpu_upper_bound, num_actual_tokens, query_start_loc,       \
-            is_prefilling, num_decode_draft_tokens_cpu, num_accepted_tokens, num_reqs, stream)
-#define LINMETA_STEP_NAMES                                                                                       \
-  "query_start_loc_cpu"_a.none(), "seq_lens"_a.none(), "seq_lens_cpu_upper_bound"_a.none(),                   \
-      "num_actual_tokens"_a, "query_start_loc"_a.none() = nb::none(), "is_prefilling"_a.none() = nb::none(),      \
-      "num_decode_draft_tokens_cpu"_a.none() = nb::none(), "num_accepted_tokens"_a.none() = nb::none(),          \
-      "num_reqs"_a.none() = nb::none(), "stream"_a.none() = 0
+#define LINMETA_STEP_ARGS                                                                     \
+  step_args(query_start_loc_cpu, seq_lens, seq_lens_cpu_upper_bound, num_actual_tokens,       \
+            query_start_loc, is_prefilling, num_decode_draft_tokens_cpu, num_accepted_tokens, \
+            num_reqs, stream)
+#define LINMETA_STEP_NAMES                                                                  \
+  "query_start_loc_cpu"_a.none(), "seq_lens"_a.none(), "seq_lens_cpu_upper_bound"_a.none(), \
+      "num_actual_tokens"_a,                                                                \
+      "query_start_loc"_a.none() = nb::none(), "is_prefilling"_a.none() = nb::none(),       \
+      "num_decode_draft_tokens_cpu"_a.none() = nb::none(),                                  \
+      "num_accepted_tokens"_a.none() = nb::none(), "num_reqs"_a.none() = nb::none(),        \
+      "stream"_a.none() = 0
 
   cls.def(
       "build",
-      [step_args](nb::pointer_and_handle<PyBuilder> self, nb::handle block_table, LINMETA_STEP_PARAMS) {
+      [step_args](nb::pointer_and_handle<PyBuilder> self, nb::handle block_table,
+                  LINMETA_STEP_PARAMS) {
         return build_one(self, LINMETA_STEP_ARGS, block_table, false);
       },
       nb::kw_only(), "block_table"_a.none(), LINMETA_STEP_NAMES, kBuildDoc);
   cls.def(
       "build_for_cudagraph_capture",
-      [step_args](nb::pointer_and_handle<PyBuilder> self, nb::handle block_table, LINMETA_STEP_PARAMS) {
+      [step_args](nb::pointer_and_handle<PyBuilder> self, nb::handle block_table,
+                  LINMETA_STEP_PARAMS) {
         return build_one(self, LINMETA_STEP_ARGS, block_table, true);
       },
       nb::kw_only(), "block_table"_a.none(), LINMETA_STEP_NAMES,
-      "vLLM's capture build: num_accepted_tokens = query lengths, drafts = query lengths - 1, then a "
+      "vLLM's capture build: num_accepted_tokens = query lengths, drafts = query lengths - 1, then "
+      "a "
       "normal build. Requires num_reqs and num_actual_tokens <= decode_cudagraph_max_bs.");
   cls.def(
       "build_groups",
-      [step_args](nb::pointer_and_handle<PyBuilder> self, nb::handle block_tables, LINMETA_STEP_PARAMS) {
+      [step_args](nb::pointer_and_handle<PyBuilder> self, nb::handle block_tables,
+                  LINMETA_STEP_PARAMS) {
         return build_groups(self, LINMETA_STEP_ARGS, block_tables, false);
       },
       nb::kw_only(), "block_tables"_a.none(), LINMETA_STEP_NAMES,
@@ -328,26 +358,30 @@ void def_build_methods(Cls& cls) {
       "(len(block_tables) == num_groups). Returns a list with one Metadata per group.");
   cls.def(
       "build_groups_for_cudagraph_capture",
-      [step_args](nb::pointer_and_handle<PyBuilder> self, nb::handle block_tables, LINMETA_STEP_PARAMS) {
+      [step_args](nb::pointer_and_handle<PyBuilder> self, nb::handle block_tables,
+                  LINMETA_STEP_PARAMS) {
         return build_groups(self, LINMETA_STEP_ARGS, block_tables, true);
       },
-      nb::kw_only(), "block_tables"_a.none(), LINMETA_STEP_NAMES, "build_groups() as a capture build.");
+      nb::kw_only(), "block_tables"_a.none(), LINMETA_STEP_NAMES,
+      "build_groups() as a capture build.");
 #undef LINMETA_STEP_PARAMS
 #undef LINMETA_STEP_ARGS
 #undef LINMETA_STEP_NAMES
 }
 
 template <class T>
-void def_kind(nb::module_& m, nb::class_<PyBuilder>& /*base*/, const char* name, BuilderKind kind, const char* doc) {
+void def_kind(nb::module_& m, nb::class_<PyBuilder>& /*base*/, const char* name, BuilderKind kind,
+              const char* doc) {
   nb::class_<T, PyBuilder>(m, name, doc)
       .def(
           "__init__",
           [kind](T* self, int32_t num_spec, int32_t max_num_seqs, int32_t max_num_batched_tokens,
                  bool full_cuda_graph, std::optional<int32_t> max_cudagraph_capture_size,
-                 const std::string& mamba_cache_mode, int32_t block_size, int32_t num_speculative_blocks,
-                 bool chunk_metadata, bool use_recoverssm, int32_t num_prefill_checkpoint_blocks,
-                 const std::string& target, int32_t num_groups, const std::string& array_type,
-                 int32_t staging_slots, int32_t capture_slots) {
+                 const std::string& mamba_cache_mode, int32_t block_size,
+                 int32_t num_speculative_blocks, bool chunk_metadata, bool use_recoverssm,
+                 int32_t num_prefill_checkpoint_blocks, const std::string& target,
+                 int32_t num_groups, const std::string& array_type, int32_t staging_slots,
+                 int32_t capture_slots) {
             Config c;
             c.num_spec = num_spec;
             c.max_num_seqs = max_num_seqs;
@@ -367,7 +401,8 @@ void def_kind(nb::module_& m, nb::class_<PyBuilder>& /*base*/, const char* name,
             o.capture_slots = capture_slots;
             const ArrayType at = parse_array_type(array_type);
             if (at == ArrayType::Numpy && o.target == Target::Cuda)
-              raise_error("array_type = 'numpy' needs target = 'host' (numpy arrays live in host memory)");
+              raise_error(
+                  "array_type = 'numpy' needs target = 'host' (numpy arrays live in host memory)");
             int dev = 0;
             if (o.target == Target::Cuda && cudaGetDevice(&dev) != cudaSuccess) {
               cudaGetLastError();
@@ -375,11 +410,13 @@ void def_kind(nb::module_& m, nb::class_<PyBuilder>& /*base*/, const char* name,
             }
             new (self) T(kind, c, o, dev, at);
           },
-          nb::kw_only(), "num_spec"_a = 0, "max_num_seqs"_a = 256, "max_num_batched_tokens"_a = 8192,
-          "full_cuda_graph"_a = false, "max_cudagraph_capture_size"_a = nb::none(), "mamba_cache_mode"_a = "none",
+          nb::kw_only(), "num_spec"_a = 0, "max_num_seqs"_a = 256,
+          "max_num_batched_tokens"_a = 8192, "full_cuda_graph"_a = false,
+          "max_cudagraph_capture_size"_a = nb::none(), "mamba_cache_mode"_a = "none",
           "block_size"_a = 16, "num_speculative_blocks"_a = 0, "chunk_metadata"_a = true,
           "use_recoverssm"_a = false, "num_prefill_checkpoint_blocks"_a = 0, "target"_a = "host",
-          "num_groups"_a = 1, "array_type"_a = "dlpack", "staging_slots"_a = 4, "capture_slots"_a = 8);
+          "num_groups"_a = 1, "array_type"_a = "dlpack", "staging_slots"_a = 4,
+          "capture_slots"_a = 8);
 }
 
 }  // namespace
@@ -409,63 +446,80 @@ NB_MODULE(_linmeta, m) {
 
   PyMetadata::bind(m);
 
-  nb::class_<PyBuilder> base(m, "MetadataBuilder",
-                             "Base class of GdnMetadataBuilder and KdaMetadataBuilder: owns the persistent "
-                             "buffers every Metadata it returns points into.");
+  nb::class_<PyBuilder> base(
+      m, "MetadataBuilder",
+      "Base class of GdnMetadataBuilder and KdaMetadataBuilder: owns the persistent "
+      "buffers every Metadata it returns points into.");
   def_build_methods(base);
   base.def(
           "update_block_table",
-          [](nb::pointer_and_handle<PyBuilder> self, PyMetadata& metadata, nb::handle block_table, int32_t group,
-             nb::handle stream) {
+          [](nb::pointer_and_handle<PyBuilder> self, PyMetadata& metadata, nb::handle block_table,
+             int32_t group, nb::handle stream) {
             PyBuilder& b = *self.p;
             if (!metadata.builder().is(self.h))
               raise_error("update_block_table takes metadata built by this builder");
             PreparedStep p;
             p.stream = b.builder.target() == Target::Cuda ? parse_stream(stream) : nullptr;
-            const BlockTable t = import_table(p, block_table, "block_table", metadata.num_reqs(), b.memory());
-            const Metadata out = b.builder.update_block_table(metadata.metadata(), t, group, p.stream);
+            const BlockTable t =
+                import_table(p, block_table, "block_table", metadata.num_reqs(), b.memory());
+            const Metadata out =
+                b.builder.update_block_table(metadata.metadata(), t, group, p.stream);
             return make_metadata(out, self.h, b, p.table_objects[0], group, metadata.num_reqs());
           },
           "metadata"_a, "block_table"_a.none(), "group"_a = 0, "stream"_a.none() = 0,
-          "Re-gathers the state indices of the last built step from another group's block table into group "
+          "Re-gathers the state indices of the last built step from another group's block table "
+          "into group "
           "`group`'s buffers; every batch-level field is kept from `metadata`.")
-      .def_prop_ro("kind", [](const PyBuilder& b) { return b.builder.kind() == BuilderKind::Gdn ? "gdn" : "kda"; })
-      .def_prop_ro("target", [](const PyBuilder& b) { return b.builder.target() == Target::Cuda ? "cuda" : "host"; })
-      .def_prop_ro("device",
-                   [](const PyBuilder& b) -> std::optional<int32_t> {
-                     if (b.builder.target() == Target::Cuda) return b.device_id;
-                     return std::nullopt;
-                   },
-                   "CUDA device holding the buffers (None on the host target).")
+      .def_prop_ro(
+          "kind",
+          [](const PyBuilder& b) { return b.builder.kind() == BuilderKind::Gdn ? "gdn" : "kda"; })
+      .def_prop_ro(
+          "target",
+          [](const PyBuilder& b) { return b.builder.target() == Target::Cuda ? "cuda" : "host"; })
+      .def_prop_ro(
+          "device",
+          [](const PyBuilder& b) -> std::optional<int32_t> {
+            if (b.builder.target() == Target::Cuda) return b.device_id;
+            return std::nullopt;
+          },
+          "CUDA device holding the buffers (None on the host target).")
       .def_prop_ro("num_groups", [](const PyBuilder& b) { return b.builder.num_groups(); })
-      .def_prop_ro("array_type", [](const PyBuilder& b) { return std::string(array_type_name(b.array_type)); })
-      .def_prop_ro("config", [](const PyBuilder& b) { return config_dict(b.builder.config()); },
-                   "The configuration as a dict.")
-      .def_prop_ro("decode_cudagraph_max_bs", [](const PyBuilder& b) { return b.builder.config().decode_cudagraph_max_bs(); })
-      .def_prop_ro("last_timing",
-                   [](const PyBuilder& b) {
-                     const BuildTiming& t = b.builder.last_timing();
-                     nb::dict d;
-                     d["plan_ns"] = t.plan_ns;
-                     d["pack_ns"] = t.pack_ns;
-                     d["enqueue_ns"] = t.enqueue_ns;
-                     return d;
-                   },
-                   "Host time of the last build by phase (nanoseconds).")
-      .def_prop_ro("last_upload_bytes", [](const PyBuilder& b) { return b.builder.last_upload_bytes(); })
+      .def_prop_ro("array_type",
+                   [](const PyBuilder& b) { return std::string(array_type_name(b.array_type)); })
+      .def_prop_ro(
+          "config", [](const PyBuilder& b) { return config_dict(b.builder.config()); },
+          "The configuration as a dict.")
+      .def_prop_ro("decode_cudagraph_max_bs",
+                   [](const PyBuilder& b) { return b.builder.config().decode_cudagraph_max_bs(); })
+      .def_prop_ro(
+          "last_timing",
+          [](const PyBuilder& b) {
+            const BuildTiming& t = b.builder.last_timing();
+            nb::dict d;
+            d["plan_ns"] = t.plan_ns;
+            d["pack_ns"] = t.pack_ns;
+            d["enqueue_ns"] = t.enqueue_ns;
+            return d;
+          },
+          "Host time of the last build by phase (nanoseconds).")
+      .def_prop_ro("last_upload_bytes",
+                   [](const PyBuilder& b) { return b.builder.last_upload_bytes(); })
       .def_prop_ro("pinned_bytes", [](const PyBuilder& b) { return b.builder.pinned_bytes(); })
       .def_prop_ro("buffer_bytes", [](const PyBuilder& b) { return b.builder.buffer_bytes(); })
       .def("__repr__", [](const PyBuilder& b) {
-        return std::string(b.builder.kind() == BuilderKind::Gdn ? "GdnMetadataBuilder" : "KdaMetadataBuilder") +
+        return std::string(b.builder.kind() == BuilderKind::Gdn ? "GdnMetadataBuilder"
+                                                                : "KdaMetadataBuilder") +
                "(target='" + (b.builder.target() == Target::Cuda ? "cuda" : "host") +
                "', num_groups=" + std::to_string(b.builder.num_groups()) + ")";
       });
 
-  def_kind<PyGdnBuilder>(m, base, "GdnMetadataBuilder", BuilderKind::Gdn,
-                         "GatedDeltaNet metadata builder (vLLM's GDNAttentionMetadataBuilder). Config as keyword "
-                         "arguments; target 'host' or 'cuda'; num_groups KV-cache groups; array_type of the "
-                         "outputs: 'dlpack' (default), 'torch' or 'numpy' (host target).");
-  def_kind<PyKdaBuilder>(m, base, "KdaMetadataBuilder", BuilderKind::Kda,
-                         "Kimi Delta Attention metadata builder (RecoverSSM, prefill checkpoints). Same arguments "
-                         "as GdnMetadataBuilder.");
+  def_kind<PyGdnBuilder>(
+      m, base, "GdnMetadataBuilder", BuilderKind::Gdn,
+      "GatedDeltaNet metadata builder (vLLM's GDNAttentionMetadataBuilder). Config as keyword "
+      "arguments; target 'host' or 'cuda'; num_groups KV-cache groups; array_type of the "
+      "outputs: 'dlpack' (default), 'torch' or 'numpy' (host target).");
+  def_kind<PyKdaBuilder>(
+      m, base, "KdaMetadataBuilder", BuilderKind::Kda,
+      "Kimi Delta Attention metadata builder (RecoverSSM, prefill checkpoints). Same arguments "
+      "as GdnMetadataBuilder.");
 }

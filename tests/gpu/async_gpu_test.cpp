@@ -40,7 +40,8 @@ Config async_config(BuilderKind kind, int32_t rows = 64) {
   return c;
 }
 
-std::vector<RandomStep> random_steps(BuilderKind kind, const Config& cfg, int32_t groups, int n, uint32_t seed) {
+std::vector<RandomStep> random_steps(BuilderKind kind, const Config& cfg, int32_t groups, int n,
+                                     uint32_t seed) {
   std::mt19937 rng(seed);
   RandomStepOptions o;
   o.kind = kind;
@@ -73,11 +74,13 @@ TEST_P(RingSafetyGpu, BackToBackBuildsWithoutSyncMatchSynchronisedHostBuilds) {
   const auto [kind, G, slots, rows] = GetParam();
   constexpr int kSteps = 64;
   const Config cfg = async_config(kind, rows);
-  const auto steps = random_steps(kind, cfg, G, kSteps, 0xa5a5u + static_cast<uint32_t>(G * 16 + slots));
+  const auto steps =
+      random_steps(kind, cfg, G, kSteps, 0xa5a5u + static_cast<uint32_t>(G * 16 + slots));
 
   // Every step keeps its own device inputs: the finish kernels read them later.
   std::vector<DeviceStep> dev(kSteps);
-  for (int i = 0; i < kSteps; ++i) dev[static_cast<size_t>(i)].upload(steps[static_cast<size_t>(i)]);
+  for (int i = 0; i < kSteps; ++i)
+    dev[static_cast<size_t>(i)].upload(steps[static_cast<size_t>(i)]);
 
   BuilderOptions co;
   co.target = Target::Cuda;
@@ -123,8 +126,8 @@ TEST_P(RingSafetyGpu, BackToBackBuildsWithoutSyncMatchSynchronisedHostBuilds) {
     const std::string report = mismatch(got.groups[k], want.groups[k], kind);
     if (!report.empty()) {
       ++failures;
-      ADD_FAILURE() << "step " << k / static_cast<size_t>(G) << " group " << k % static_cast<size_t>(G) << ": "
-                    << report;
+      ADD_FAILURE() << "step " << k / static_cast<size_t>(G) << " group "
+                    << k % static_cast<size_t>(G) << ": " << report;
     }
   }
 }

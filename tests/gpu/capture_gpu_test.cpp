@@ -34,7 +34,9 @@ class Graph {
     check(cudaStreamEndCapture(stream, &graph_), "cudaStreamEndCapture");
     check(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
   }
-  void launch(cudaStream_t stream) const { check(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch"); }
+  void launch(cudaStream_t stream) const {
+    check(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
+  }
 
   /// Node counts by type.
   [[nodiscard]] std::map<cudaGraphNodeType, int> node_types() const {
@@ -89,7 +91,8 @@ struct TestStep {
 };
 
 std::span<const Metadata> build(MetadataBuilder& b, const RandomStep& r, const Step& s,
-                                std::span<const BlockTable> tables, bool capture_api, cudaStream_t stream) {
+                                std::span<const BlockTable> tables, bool capture_api,
+                                cudaStream_t stream) {
   RandomStep shape = r;  // build_step picks the capture flavour from r.capture
   shape.capture = capture_api;
   return build_step(b, shape, s, tables, b.num_groups() == 1, stream);
@@ -156,7 +159,8 @@ TEST_P(CaptureGpu, OneLaunchAndReplayRestoresTheCapturedStep) {
     const auto types = t.graph.node_types();
     const int copies = cuda.last_upload_bytes() > kInlineArenaBytes ? 1 : 0;
     EXPECT_EQ(t.graph.num_nodes(), static_cast<size_t>(1 + copies))
-        << "a captured build of " << G << " group(s), arena " << cuda.last_upload_bytes() << " bytes";
+        << "a captured build of " << G << " group(s), arena " << cuda.last_upload_bytes()
+        << " bytes";
     EXPECT_EQ(types.count(cudaGraphNodeTypeMemcpy) ? types.at(cudaGraphNodeTypeMemcpy) : 0, copies);
     EXPECT_EQ(types.count(cudaGraphNodeTypeKernel) ? types.at(cudaGraphNodeTypeKernel) : 0, 1);
     if (large && &t == &captured[1]) {
@@ -170,7 +174,9 @@ TEST_P(CaptureGpu, OneLaunchAndReplayRestoresTheCapturedStep) {
     stream.sync();
     const auto got = read_back(ms);
     for (int g = 0; g < G; ++g)
-      EXPECT_EQ(mismatch(got.groups[static_cast<size_t>(g)], t.want.groups[static_cast<size_t>(g)], kind), "")
+      EXPECT_EQ(
+          mismatch(got.groups[static_cast<size_t>(g)], t.want.groups[static_cast<size_t>(g)], kind),
+          "")
           << "eager build, group " << g;
   }
   // Meaningful only when the eager builds overwrote the captured steps' outputs.
@@ -188,8 +194,8 @@ TEST_P(CaptureGpu, OneLaunchAndReplayRestoresTheCapturedStep) {
       stream.sync();
       const auto got = read_back(captured[i].views.groups);
       for (int g = 0; g < G; ++g)
-        EXPECT_EQ(mismatch(got.groups[static_cast<size_t>(g)], captured[i].want.groups[static_cast<size_t>(g)],
-                           kind),
+        EXPECT_EQ(mismatch(got.groups[static_cast<size_t>(g)],
+                           captured[i].want.groups[static_cast<size_t>(g)], kind),
                   "")
             << "replay of captured step " << i << " (pass " << pass << "), group " << g;
     }

@@ -122,7 +122,8 @@ class MappedHost {
     check(cudaHostAlloc(reinterpret_cast<void**>(&h_), n * sizeof(T), cudaHostAllocMapped),
           "cudaHostAlloc(mapped)");
     std::memset(static_cast<void*>(h_), 0, n * sizeof(T));
-    check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_), h_, 0), "cudaHostGetDevicePointer");
+    check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_), h_, 0),
+          "cudaHostGetDevicePointer");
   }
   ~MappedHost() {
     if (h_ != nullptr) cudaFreeHost(h_);
@@ -175,8 +176,10 @@ inline RandomStep make_step(std::mt19937& rng, const Config& cfg, BuilderKind ki
     const int32_t seq = ql[i] == 0 ? 0 : (fresh ? 0 : uniform(rng, 1, 3000)) + ql[i];
     r.seq_ub.push_back(seq);
     r.seq_lens.push_back(seq);
-    r.accepted.push_back(!drafts.empty() && drafts[i] >= 0 ? uniform(rng, 1, ql[i] > 0 ? ql[i] : 1) : 1);
-    need = std::max(need, (seq > 0 ? (seq - 1) / cfg.block_size : 0) + cfg.num_speculative_blocks + 1);
+    r.accepted.push_back(!drafts.empty() && drafts[i] >= 0 ? uniform(rng, 1, ql[i] > 0 ? ql[i] : 1)
+                                                           : 1);
+    need =
+        std::max(need, (seq > 0 ? (seq - 1) / cfg.block_size : 0) + cfg.num_speculative_blocks + 1);
     need = std::max(need, seq / cfg.block_size + 1);
   }
   r.num_actual_tokens = r.qsl.back() + extra_tokens;
@@ -185,7 +188,8 @@ inline RandomStep make_step(std::mt19937& rng, const Config& cfg, BuilderKind ki
   for (int32_t g = 0; g < groups; ++g) {
     std::vector<int32_t> t(static_cast<size_t>(r.num_reqs * r.row_stride), -7);
     for (int32_t i = 0; i < r.num_reqs; ++i)
-      for (int32_t c = 0; c < r.width; ++c) t[static_cast<size_t>(i * r.row_stride + c)] = uniform(rng, 1, 1 << 20);
+      for (int32_t c = 0; c < r.width; ++c)
+        t[static_cast<size_t>(i * r.row_stride + c)] = uniform(rng, 1, 1 << 20);
     r.tables.push_back(std::move(t));
   }
   return r;
@@ -205,13 +209,16 @@ class DeviceStep {
     const size_t per_table = n * static_cast<size_t>(r.row_stride);
     staging_.assign(head + per_table * r.tables.size(), 0);
     std::copy(r.qsl.begin(), r.qsl.end(), staging_.begin());
-    std::copy(r.seq_lens.begin(), r.seq_lens.end(), staging_.begin() + static_cast<ptrdiff_t>(n + 1));
-    std::copy(r.accepted.begin(), r.accepted.end(), staging_.begin() + static_cast<ptrdiff_t>(2 * n + 1));
+    std::copy(r.seq_lens.begin(), r.seq_lens.end(),
+              staging_.begin() + static_cast<ptrdiff_t>(n + 1));
+    std::copy(r.accepted.begin(), r.accepted.end(),
+              staging_.begin() + static_cast<ptrdiff_t>(2 * n + 1));
     for (size_t g = 0; g < r.tables.size(); ++g)
       std::copy(r.tables[g].begin(), r.tables[g].end(),
                 staging_.begin() + static_cast<ptrdiff_t>(head + g * per_table));
     mem_.reserve(staging_.size() * sizeof(int32_t));
-    check(cudaMemcpy(mem_.get(), staging_.data(), staging_.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+    check(cudaMemcpy(mem_.get(), staging_.data(), staging_.size() * sizeof(int32_t),
+                     cudaMemcpyHostToDevice),
           "cudaMemcpy(step upload)");
     const int32_t* d = mem_.get<int32_t>();
     tables.clear();
@@ -236,7 +243,8 @@ inline std::span<const Metadata> build_step(MetadataBuilder& b, const RandomStep
   if (single) {
     Step one = s;
     one.block_table = tables[0];
-    const Metadata& m = r.capture ? b.build_for_cudagraph_capture(one, stream) : b.build(one, stream);
+    const Metadata& m =
+        r.capture ? b.build_for_cudagraph_capture(one, stream) : b.build(one, stream);
     return {&m, 1};
   }
   return r.capture ? b.build_groups_for_cudagraph_capture(s, tables, stream)
@@ -319,8 +327,8 @@ inline bool allocation_range(const void* p, uintptr_t& base, size_t& size) {
   static const Fn fn = [] {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault, &q) !=
-            cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess || f == nullptr) {
       (void)cudaGetLastError();
       return Fn{};
@@ -332,7 +340,8 @@ inline bool allocation_range(const void* p, uintptr_t& base, size_t& size) {
   if (fn == nullptr) return false;
   unsigned long long b = 0;
   size_t s = 0;
-  if (fn(&b, &s, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(p))) != 0) return false;
+  if (fn(&b, &s, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(p))) != 0)
+    return false;
   base = static_cast<uintptr_t>(b);
   size = s;
   return true;
@@ -358,17 +367,20 @@ inline HostMetadata read_back(std::span<const Metadata> ms) {
     });
   uintptr_t base = 0;
   size_t size = 0;
-  const bool one_range = cuda && hi > lo && allocation_range(reinterpret_cast<const void*>(lo), base, size) &&
+  const bool one_range = cuda && hi > lo &&
+                         allocation_range(reinterpret_cast<const void*>(lo), base, size) &&
                          hi <= base + size;
   if (one_range) {
     out.bytes.resize(hi - lo);
-    check(cudaMemcpy(out.bytes.data(), reinterpret_cast<const void*>(lo), hi - lo, cudaMemcpyDeviceToHost),
+    check(cudaMemcpy(out.bytes.data(), reinterpret_cast<const void*>(lo), hi - lo,
+                     cudaMemcpyDeviceToHost),
           "cudaMemcpy(read back)");
     for (auto& m : out.groups)
       for_each_array(m, [&](const char*, auto& a) {
         if (array_bytes(a) == 0) return;
         using T = std::remove_cvref_t<decltype(*a.data)>;
-        a.data = reinterpret_cast<const T*>(out.bytes.data() + (reinterpret_cast<uintptr_t>(a.data) - lo));
+        a.data = reinterpret_cast<const T*>(out.bytes.data() +
+                                            (reinterpret_cast<uintptr_t>(a.data) - lo));
       });
   } else {
     out.bytes.resize(total);
@@ -379,7 +391,8 @@ inline HostMetadata read_back(std::span<const Metadata> ms) {
         if (n == 0) return;
         using T = std::remove_cvref_t<decltype(*a.data)>;
         if (cuda)
-          check(cudaMemcpy(out.bytes.data() + at, a.data, n, cudaMemcpyDeviceToHost), "cudaMemcpy(read back)");
+          check(cudaMemcpy(out.bytes.data() + at, a.data, n, cudaMemcpyDeviceToHost),
+                "cudaMemcpy(read back)");
         else
           std::memcpy(out.bytes.data() + at, a.data, n);
         a.data = reinterpret_cast<const T*>(out.bytes.data() + at);
@@ -391,7 +404,9 @@ inline HostMetadata read_back(std::span<const Metadata> ms) {
   return out;
 }
 
-inline HostMetadata read_back(const Metadata& m) { return read_back(std::span<const Metadata>(&m, 1)); }
+inline HostMetadata read_back(const Metadata& m) {
+  return read_back(std::span<const Metadata>(&m, 1));
+}
 
 /// Snapshots of metadata taken right after each build: every array is copied
 /// (cudaMemcpyAsync device->device on the build's stream, or memcpy on the host
@@ -399,8 +414,10 @@ inline HostMetadata read_back(const Metadata& m) { return read_back(std::span<co
 class SnapshotArea {
  public:
   SnapshotArea(Target target, size_t bytes) : target_(target), capacity_(bytes) {
-    if (target == Target::Cuda) dev_.reserve(bytes);
-    else host_.resize(bytes);
+    if (target == Target::Cuda)
+      dev_.reserve(bytes);
+    else
+      host_.resize(bytes);
   }
 
   void take(const Metadata& m, cudaStream_t stream) {
@@ -411,7 +428,8 @@ class SnapshotArea {
       if (n == 0) return;
       if (used_ + n > capacity_) throw std::runtime_error("SnapshotArea: out of space");
       if (target_ == Target::Cuda)
-        check(cudaMemcpyAsync(dev_.get<std::byte>() + used_, a.data, n, cudaMemcpyDeviceToDevice, stream),
+        check(cudaMemcpyAsync(dev_.get<std::byte>() + used_, a.data, n, cudaMemcpyDeviceToDevice,
+                              stream),
               "cudaMemcpyAsync(snapshot)");
       else
         std::memcpy(host_.data() + used_, a.data, n);
@@ -432,7 +450,8 @@ class SnapshotArea {
     out.bytes.resize(used_);
     if (used_ > 0) {
       if (target_ == Target::Cuda)
-        check(cudaMemcpy(out.bytes.data(), dev_.get(), used_, cudaMemcpyDeviceToHost), "cudaMemcpy(snapshots)");
+        check(cudaMemcpy(out.bytes.data(), dev_.get(), used_, cudaMemcpyDeviceToHost),
+              "cudaMemcpy(snapshots)");
       else
         std::memcpy(out.bytes.data(), host_.data(), used_);
     }
@@ -479,8 +498,9 @@ struct ArrayInfo {
 inline std::map<std::string, ArrayInfo> arrays_of(const Metadata& m) {
   std::map<std::string, ArrayInfo> out;
   for_each_array(m, [&](const char* name, const auto& a) {
-    out[name] = ArrayInfo{a.present, a.rows, a.cols, a.ndim, reinterpret_cast<const std::byte*>(a.data),
-                          array_bytes(a)};
+    out[name] =
+        ArrayInfo{a.present,     a.rows, a.cols, a.ndim, reinterpret_cast<const std::byte*>(a.data),
+                  array_bytes(a)};
   });
   return out;
 }
@@ -491,7 +511,9 @@ inline std::map<std::string, ArrayInfo> arrays_of(const Metadata& m) {
 inline std::vector<std::string> diff(const Metadata& a, const Metadata& b) {
   std::vector<std::string> out;
   auto scalar = [&](const char* name, auto x, auto y) {
-    if (x != y) out.push_back(std::string(name) + " (" + std::to_string(x) + " vs " + std::to_string(y) + ")");
+    if (x != y)
+      out.push_back(std::string(name) + " (" + std::to_string(x) + " vs " + std::to_string(y) +
+                    ")");
   };
   scalar("num_prefills", a.num_prefills, b.num_prefills);
   scalar("num_prefill_tokens", a.num_prefill_tokens, b.num_prefill_tokens);
@@ -511,14 +533,16 @@ inline std::vector<std::string> diff(const Metadata& a, const Metadata& b) {
         (x.size() > 0 && !std::equal(x.data, x.data + x.size(), y.data)))
       out.emplace_back("conv1d.nums");
   }
-  scalar("recoverssm_commit.present", a.recoverssm_commit.has_value(), b.recoverssm_commit.has_value());
+  scalar("recoverssm_commit.present", a.recoverssm_commit.has_value(),
+         b.recoverssm_commit.has_value());
   if (a.recoverssm_commit && b.recoverssm_commit) {
     const auto& x = a.recoverssm_commit->align;
     const auto& y = b.recoverssm_commit->align;
     scalar("recoverssm_commit.align.present", x.has_value(), y.has_value());
     if (x && y) {
       scalar("recoverssm_commit.align.block_size", x->block_size, y->block_size);
-      scalar("recoverssm_commit.align.block_table.width", x->block_table.width, y->block_table.width);
+      scalar("recoverssm_commit.align.block_table.width", x->block_table.width,
+             y->block_table.width);
       scalar("recoverssm_commit.align.block_table.row_stride", x->block_table.row_stride,
              y->block_table.row_stride);
     }
@@ -547,7 +571,8 @@ inline std::string join(const std::vector<std::string>& v) {
 inline std::string json_diff(const Metadata& got, const Metadata& want, BuilderKind kind) {
   std::string s;
   for (const auto& m : cases::compare(cases::to_json(want, kind), cases::to_json(got, kind)))
-    s += "\n    " + m.field + ": expected " + m.expected.substr(0, 400) + ", got " + m.got.substr(0, 400);
+    s += "\n    " + m.field + ": expected " + m.expected.substr(0, 400) + ", got " +
+         m.got.substr(0, 400);
   return s;
 }
 
@@ -556,7 +581,8 @@ inline std::string mismatch(const Metadata& got, const Metadata& want, BuilderKi
   const auto d = diff(got, want);
   const bool same_json = cases::to_json(got, kind) == cases::to_json(want, kind);
   if (d.empty() && same_json) return {};
-  return "fields differ: " + (d.empty() ? std::string("(to_json only)") : join(d)) + json_diff(got, want, kind);
+  return "fields differ: " + (d.empty() ? std::string("(to_json only)") : join(d)) +
+         json_diff(got, want, kind);
 }
 
 /// A random step as a case-file line without "expected" (for reproducing a failure
@@ -567,7 +593,8 @@ inline json case_json(const RandomStep& r, const std::string& name) {
   auto table = [&](const std::vector<int32_t>& t) {
     json rows = json::array();
     for (int32_t i = 0; i < r.num_reqs; ++i)
-      rows.push_back(std::vector<int32_t>(t.begin() + i * r.row_stride, t.begin() + i * r.row_stride + r.width));
+      rows.push_back(std::vector<int32_t>(t.begin() + i * r.row_stride,
+                                          t.begin() + i * r.row_stride + r.width));
     return rows;
   };
   json step;
@@ -591,24 +618,25 @@ inline json case_json(const RandomStep& r, const std::string& name) {
     for (const auto& t : r.tables) groups.push_back(table(t));
     step["groups"] = groups;
   }
-  return json{{"name", name},
-              {"builder", kind_name(r.kind)},
-              {"config",
-               {{"num_spec", c.num_spec},
-                {"max_num_seqs", c.max_num_seqs},
-                {"max_num_batched_tokens", c.max_num_batched_tokens},
-                {"full_cuda_graph", c.full_cuda_graph},
-                {"max_cudagraph_capture_size",
-                 c.max_cudagraph_capture_size > 0 ? json(c.max_cudagraph_capture_size) : json(nullptr)},
-                {"mamba_cache_mode", modes[static_cast<int>(c.mamba_cache_mode)]},
-                {"block_size", c.block_size},
-                {"num_speculative_blocks", c.num_speculative_blocks},
-                {"chunk_metadata", c.chunk_metadata},
-                {"use_recoverssm", c.use_recoverssm},
-                {"num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks}}},
-              {"step", step},
-              {"mode", r.capture ? "capture" : "build"},
-              {"row_stride", r.row_stride}};
+  return json{
+      {"name", name},
+      {"builder", kind_name(r.kind)},
+      {"config",
+       {{"num_spec", c.num_spec},
+        {"max_num_seqs", c.max_num_seqs},
+        {"max_num_batched_tokens", c.max_num_batched_tokens},
+        {"full_cuda_graph", c.full_cuda_graph},
+        {"max_cudagraph_capture_size",
+         c.max_cudagraph_capture_size > 0 ? json(c.max_cudagraph_capture_size) : json(nullptr)},
+        {"mamba_cache_mode", modes[static_cast<int>(c.mamba_cache_mode)]},
+        {"block_size", c.block_size},
+        {"num_speculative_blocks", c.num_speculative_blocks},
+        {"chunk_metadata", c.chunk_metadata},
+        {"use_recoverssm", c.use_recoverssm},
+        {"num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks}}},
+      {"step", step},
+      {"mode", r.capture ? "capture" : "build"},
+      {"row_stride", r.row_stride}};
 }
 
 }  // namespace linmeta::gputest

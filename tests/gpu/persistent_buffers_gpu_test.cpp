@@ -30,14 +30,16 @@ TEST_P(DeviceMemoryGpu, ThousandBuildsAllocateNothing) {
   cfg.mamba_cache_mode = CacheMode::Align;
   cfg.use_recoverssm = false;
   cfg.num_speculative_blocks = 2;
-  cfg.max_num_batched_tokens = std::max(cfg.max_num_batched_tokens, cfg.max_num_seqs * (cfg.num_spec + 1) + 16);
+  cfg.max_num_batched_tokens =
+      std::max(cfg.max_num_batched_tokens, cfg.max_num_seqs * (cfg.num_spec + 1) + 16);
   RandomStepOptions o;
   o.kind = kind;
   o.num_groups = G;
   std::vector<RandomStep> steps;
   for (int i = 0; i < kDistinct; ++i) steps.push_back(random_step(rng, cfg, o));
   std::vector<DeviceStep> dev(kDistinct);
-  for (int i = 0; i < kDistinct; ++i) dev[static_cast<size_t>(i)].upload(steps[static_cast<size_t>(i)]);
+  for (int i = 0; i < kDistinct; ++i)
+    dev[static_cast<size_t>(i)].upload(steps[static_cast<size_t>(i)]);
   // Replacement tables for update_block_table (same width and stride as each step).
   std::vector<DeviceStep> other(kDistinct);
   for (int i = 0; i < kDistinct; ++i) {
@@ -70,7 +72,8 @@ TEST_P(DeviceMemoryGpu, ThousandBuildsAllocateNothing) {
   EXPECT_EQ(cuda.buffer_bytes(), buffers);
 }
 
-INSTANTIATE_TEST_SUITE_P(Persistent, DeviceMemoryGpu, ::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
+INSTANTIATE_TEST_SUITE_P(Persistent, DeviceMemoryGpu,
+                         ::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
                          [](const ::testing::TestParamInfo<BuilderKind>& i) {
                            return std::string(kind_name(i.param));
                          });
@@ -94,18 +97,19 @@ std::map<std::string, Span> spans_of(const Metadata& m) {
 
 // Fields staged into persistent buffers (SPEC §7 D, §8) by a spec-only / decode-only step.
 std::vector<std::string> spec_staged(BuilderKind kind) {
-  if (kind == BuilderKind::Kda) return {"spec_state_indices_tensor", "spec_query_start_loc", "num_accepted_tokens"};
-  return {"spec_state_indices_tensor", "spec_sequence_masks", "spec_query_start_loc", "num_accepted_tokens",
-          "spec_token_indx"};
+  if (kind == BuilderKind::Kda)
+    return {"spec_state_indices_tensor", "spec_query_start_loc", "num_accepted_tokens"};
+  return {"spec_state_indices_tensor", "spec_sequence_masks", "spec_query_start_loc",
+          "num_accepted_tokens", "spec_token_indx"};
 }
 std::vector<std::string> decode_staged(BuilderKind kind) {
   if (kind == BuilderKind::Kda) return {"non_spec_state_indices_tensor"};
   return {"non_spec_state_indices_tensor", "non_spec_query_start_loc"};
 }
 // Fields gathered from each group's own block table.
-const std::vector<std::string> kGathered = {"spec_state_indices_tensor", "non_spec_state_indices_tensor",
-                                            "prefill_state_indices", "checkpoint.state_indices",
-                                            "recoverssm_commit.state_indices"};
+const std::vector<std::string> kGathered = {
+    "spec_state_indices_tensor", "non_spec_state_indices_tensor", "prefill_state_indices",
+    "checkpoint.state_indices", "recoverssm_commit.state_indices"};
 
 using AddressParam = std::tuple<BuilderKind, int32_t /*groups*/>;
 class PersistentAddressGpu : public GpuParamTest<AddressParam> {};
@@ -179,15 +183,19 @@ TEST_P(PersistentAddressGpu, StableAcrossStepsAndDistinctPerGroup) {
 
     // Stable: a staged field of a spec-only / decode-only step sits where it sat
     // at the first step of that shape, whatever was built in between.
-    const auto staged = shape == SpecOnly ? spec_staged(kind) : shape == DecodeOnly ? decode_staged(kind) : kGathered;
+    const auto staged = shape == SpecOnly     ? spec_staged(kind)
+                        : shape == DecodeOnly ? decode_staged(kind)
+                                              : kGathered;
     if (shape != Mixed)
       for (int32_t g = 0; g < G; ++g)
         for (const auto& f : staged) {
           const auto it = spans[static_cast<size_t>(g)].find(f);
-          ASSERT_NE(it, spans[static_cast<size_t>(g)].end()) << "step " << k << ": " << f << " absent";
+          ASSERT_NE(it, spans[static_cast<size_t>(g)].end())
+              << "step " << k << ": " << f << " absent";
           const auto key = std::make_tuple(static_cast<int>(shape), g, f);
           const auto [pos, inserted] = first.emplace(key, it->second.begin);
-          EXPECT_EQ(it->second.begin, pos->second) << "step " << k << " group " << g << ": " << f << " moved";
+          EXPECT_EQ(it->second.begin, pos->second)
+              << "step " << k << " group " << g << ": " << f << " moved";
           staged_checked += inserted ? 0 : 1;
         }
     // Distinct: a group's gathered and staged arrays overlap no other group's.
@@ -196,9 +204,12 @@ TEST_P(PersistentAddressGpu, StableAcrossStepsAndDistinctPerGroup) {
     for (int32_t g = 0; g < G; ++g)
       for (int32_t h = g + 1; h < G; ++h)
         for (const auto& f : per_group) {
-          const auto a = spans[static_cast<size_t>(g)].find(f), b = spans[static_cast<size_t>(h)].find(f);
-          if (a == spans[static_cast<size_t>(g)].end() || b == spans[static_cast<size_t>(h)].end()) continue;
-          if (a->second.begin == a->second.end && b->second.begin == b->second.end) continue;  // both empty
+          const auto a = spans[static_cast<size_t>(g)].find(f),
+                     b = spans[static_cast<size_t>(h)].find(f);
+          if (a == spans[static_cast<size_t>(g)].end() || b == spans[static_cast<size_t>(h)].end())
+            continue;
+          if (a->second.begin == a->second.end && b->second.begin == b->second.end)
+            continue;  // both empty
           EXPECT_TRUE(a->second.end <= b->second.begin || b->second.end <= a->second.begin)
               << "step " << k << ": " << f << " of groups " << g << " and " << h << " overlap";
         }
@@ -208,7 +219,9 @@ TEST_P(PersistentAddressGpu, StableAcrossStepsAndDistinctPerGroup) {
     const auto ht = r.host_tables();
     const auto want = read_back(build_step(host, r, hs, ht, false, nullptr));
     for (int32_t g = 0; g < G; ++g)
-      EXPECT_EQ(mismatch(got.groups[static_cast<size_t>(g)], want.groups[static_cast<size_t>(g)], kind), "")
+      EXPECT_EQ(
+          mismatch(got.groups[static_cast<size_t>(g)], want.groups[static_cast<size_t>(g)], kind),
+          "")
           << "step " << k << " group " << g;
   }
   EXPECT_GT(staged_checked, 0);

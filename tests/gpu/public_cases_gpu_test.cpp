@@ -8,7 +8,9 @@
 namespace linmeta::gputest {
 namespace {
 
-std::vector<json> public_cases() { return cases::read_jsonl(linmeta::testing::data_path("public.jsonl")); }
+std::vector<json> public_cases() {
+  return cases::read_jsonl(linmeta::testing::data_path("public.jsonl"));
+}
 
 std::vector<json> multi_group_cases() {
   std::vector<json> out;
@@ -49,7 +51,8 @@ TEST_P(PublicMultiGroupCaseGpu, CudaTargetIndependentBuildersPerGroup) {
   expect_case(c, /*independent=*/true);
 }
 
-INSTANTIATE_TEST_SUITE_P(Public, PublicMultiGroupCaseGpu, ::testing::ValuesIn(multi_group_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Public, PublicMultiGroupCaseGpu, ::testing::ValuesIn(multi_group_cases()),
+                         case_name);
 
 // The file holds multi-group cases (else the suite above would test nothing).
 class PublicCasesFileGpu : public GpuTest {};
@@ -57,7 +60,8 @@ class PublicCasesFileGpu : public GpuTest {};
 TEST_F(PublicCasesFileGpu, HoldsMultiGroupAndCaptureCases) {
   EXPECT_FALSE(multi_group_cases().empty());
   int capture = 0;
-  for (const auto& j : public_cases()) capture += j.value("mode", std::string("build")) == "capture" ? 1 : 0;
+  for (const auto& j : public_cases())
+    capture += j.value("mode", std::string("build")) == "capture" ? 1 : 0;
   EXPECT_GT(capture, 0);
 }
 

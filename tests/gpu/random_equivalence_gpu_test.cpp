@@ -55,15 +55,36 @@ class Coverage {
     if (r.row_stride > r.width) add(groups > 1 ? "strided_table_build_groups" : "strided_table");
   }
   [[nodiscard]] std::vector<std::string> missing(BuilderKind kind) const {
-    std::vector<std::string> need = {
-        "cache_mode=none", "cache_mode=all", "cache_mode=align", "spec=on", "spec=off",
-        "full_cuda_graph=on", "full_cuda_graph=off", "block_size=16", "block_size=64", "block_size=256",
-        "groups=1", "groups=2", "groups=4", "groups=16", "groups=48", "api=build", "api=build_groups",
-        "max_cudagraph_capture_size", "capture_build", "drafts=given", "drafts=absent", "padding_rows",
-        "padded_tokens", "long_prefill", "async_spec_seq_len_below_bound", "strided_table",
-        "strided_table_build_groups"};
+    std::vector<std::string> need = {"cache_mode=none",
+                                     "cache_mode=all",
+                                     "cache_mode=align",
+                                     "spec=on",
+                                     "spec=off",
+                                     "full_cuda_graph=on",
+                                     "full_cuda_graph=off",
+                                     "block_size=16",
+                                     "block_size=64",
+                                     "block_size=256",
+                                     "groups=1",
+                                     "groups=2",
+                                     "groups=4",
+                                     "groups=16",
+                                     "groups=48",
+                                     "api=build",
+                                     "api=build_groups",
+                                     "max_cudagraph_capture_size",
+                                     "capture_build",
+                                     "drafts=given",
+                                     "drafts=absent",
+                                     "padding_rows",
+                                     "padded_tokens",
+                                     "long_prefill",
+                                     "async_spec_seq_len_below_bound",
+                                     "strided_table",
+                                     "strided_table_build_groups"};
     if (kind == BuilderKind::Kda)
-      need.insert(need.end(), {"recoverssm=on", "recoverssm=off", "checkpoints=on", "checkpoints=off"});
+      need.insert(need.end(),
+                  {"recoverssm=on", "recoverssm=off", "checkpoints=on", "checkpoints=off"});
     else
       need.insert(need.end(), {"chunk_metadata=on", "chunk_metadata=off", "is_prefilling=absent"});
     std::vector<std::string> out;
@@ -140,8 +161,8 @@ TEST_P(RandomEquivalenceGpu, CudaTargetMatchesHostTarget) {
       } catch (const Error& e) {
         cerr = e.what();
       }
-      const std::string where = std::string(kind_name(kind)) + " seed " + std::to_string(seed) + " step " +
-                                std::to_string(done) + " (G=" + std::to_string(G) + ")";
+      const std::string where = std::string(kind_name(kind)) + " seed " + std::to_string(seed) +
+                                " step " + std::to_string(done) + " (G=" + std::to_string(G) + ")";
       if (!herr.empty() || !cerr.empty()) {
         ++errors;
         if (herr != cerr) {
@@ -158,28 +179,32 @@ TEST_P(RandomEquivalenceGpu, CudaTargetMatchesHostTarget) {
         // Full to_json comparison for the first and last group; the structural
         // diff (a superset of to_json's fields) for every group.
         const bool full = g == 0 || g + 1 == hm.size();
-        std::string report = full ? mismatch(got.groups[g], hm[g], kind)
-                                  : (diff(got.groups[g], hm[g]).empty() ? std::string()
-                                                                        : mismatch(got.groups[g], hm[g], kind));
+        std::string report =
+            full ? mismatch(got.groups[g], hm[g], kind)
+                 : (diff(got.groups[g], hm[g]).empty() ? std::string()
+                                                       : mismatch(got.groups[g], hm[g], kind));
         if (!report.empty()) {
           ++failures;
-          ADD_FAILURE() << where << " group " << g << ": " << report << "\n  " << case_json(r, where).dump();
+          ADD_FAILURE() << where << " group " << g << ": " << report << "\n  "
+                        << case_json(r, where).dump();
           break;
         }
       }
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::cout << "[ RANDOM   ] " << kind_name(kind) << ": " << done << " steps, " << configs << " configs, "
-            << errors << " rejected by both targets, " << secs << " s\n";
+  std::cout << "[ RANDOM   ] " << kind_name(kind) << ": " << done << " steps, " << configs
+            << " configs, " << errors << " rejected by both targets, " << secs << " s\n";
   EXPECT_EQ(errors, 0) << "random valid steps were rejected (same error on both targets)";
   if (total >= 10000) {  // reduced runs (sanitizers) may miss a rare knob
     const auto missing = cov.missing(kind);
-    EXPECT_TRUE(missing.empty()) << "not exercised: " << join(missing) << "\ncoverage:\n" << cov.summary();
+    EXPECT_TRUE(missing.empty()) << "not exercised: " << join(missing) << "\ncoverage:\n"
+                                 << cov.summary();
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, RandomEquivalenceGpu, ::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
+INSTANTIATE_TEST_SUITE_P(Kinds, RandomEquivalenceGpu,
+                         ::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
                          [](const ::testing::TestParamInfo<BuilderKind>& i) {
                            return std::string(i.param == BuilderKind::Gdn ? "Gdn" : "Kda");
                          });

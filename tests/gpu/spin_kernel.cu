@@ -31,7 +31,8 @@ __global__ void spin_kernel(const volatile int* release, volatile int* state, lo
 void launch_spin(cudaStream_t stream, const int* release, int* state, long long max_ns) {
   spin_kernel<<<1, 1, 0, stream>>>(release, state, max_ns);
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw std::runtime_error(std::string("spin kernel launch: ") + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("spin kernel launch: ") + cudaGetErrorString(e));
 }
 
 }  // namespace linmeta::gputest

@@ -55,28 +55,31 @@ TEST_P(UpdateBlockTableGpu, EqualsFreshBuildAndKeepsOtherFields) {
       dev.upload(r);
       fresh.upload(r2);
       const bool single = G == 1 && coin(rng);
-      const std::string where = std::string(kind_name(kind)) + " config " + std::to_string(c) + " step " +
-                                std::to_string(s) + " group " + std::to_string(g) + " of " + std::to_string(G);
+      const std::string where = std::string(kind_name(kind)) + " config " + std::to_string(c) +
+                                " step " + std::to_string(s) + " group " + std::to_string(g) +
+                                " of " + std::to_string(G);
 
       const auto ms = build_step(cuda, r, dev.step, dev.tables, single, stream.get());
       const std::vector<Metadata> before(ms.begin(), ms.end());
-      const Metadata updated =
-          cuda.update_block_table(before[static_cast<size_t>(g)], fresh.tables[static_cast<size_t>(g)], g,
-                                  stream.get());
+      const Metadata updated = cuda.update_block_table(
+          before[static_cast<size_t>(g)], fresh.tables[static_cast<size_t>(g)], g, stream.get());
       stream.sync();
       ++checked;
 
       // Kept: counts and every non-gathered array view (same address and shape).
       const Metadata& was = before[static_cast<size_t>(g)];
-      EXPECT_TRUE(updated.num_prefills == was.num_prefills && updated.num_prefill_tokens == was.num_prefill_tokens &&
-                  updated.num_decodes == was.num_decodes && updated.num_decode_tokens == was.num_decode_tokens &&
+      EXPECT_TRUE(updated.num_prefills == was.num_prefills &&
+                  updated.num_prefill_tokens == was.num_prefill_tokens &&
+                  updated.num_decodes == was.num_decodes &&
+                  updated.num_decode_tokens == was.num_decode_tokens &&
                   updated.num_spec_decodes == was.num_spec_decodes &&
                   updated.num_spec_decode_tokens == was.num_spec_decode_tokens &&
                   updated.num_actual_tokens == was.num_actual_tokens &&
                   updated.uniform_spec_sequence_length == was.uniform_spec_sequence_length &&
                   updated.conv1d.has_value() == was.conv1d.has_value() &&
                   updated.recoverssm_commit.has_value() == was.recoverssm_commit.has_value() &&
-                  updated.checkpoint.has_value() == was.checkpoint.has_value() && updated.target == Target::Cuda)
+                  updated.checkpoint.has_value() == was.checkpoint.has_value() &&
+                  updated.target == Target::Cuda)
           << where << ": counts or optional fields changed";
       const auto old_arrays = arrays_of(was);
       for (const auto& [name, a] : arrays_of(updated)) {
@@ -84,15 +87,17 @@ TEST_P(UpdateBlockTableGpu, EqualsFreshBuildAndKeepsOtherFields) {
         ASSERT_NE(it, old_arrays.end()) << where << ": " << name << " appeared";
         const ArrayInfo& b = it->second;
         if (gathered(name)) {
-          EXPECT_TRUE(a.present == b.present && a.rows == b.rows && a.cols == b.cols) << where << ": " << name;
+          EXPECT_TRUE(a.present == b.present && a.rows == b.rows && a.cols == b.cols)
+              << where << ": " << name;
         } else {
-          EXPECT_TRUE(a.present == b.present && a.rows == b.rows && a.cols == b.cols && a.ndim == b.ndim &&
-                      a.data == b.data)
+          EXPECT_TRUE(a.present == b.present && a.rows == b.rows && a.cols == b.cols &&
+                      a.ndim == b.ndim && a.data == b.data)
               << where << ": " << name << " was not kept";
         }
       }
       if (updated.recoverssm_commit && updated.recoverssm_commit->align) {
-        EXPECT_EQ(updated.recoverssm_commit->align->block_table.data, fresh.tables[static_cast<size_t>(g)].data)
+        EXPECT_EQ(updated.recoverssm_commit->align->block_table.data,
+                  fresh.tables[static_cast<size_t>(g)].data)
             << where;
       }
 
@@ -108,7 +113,9 @@ TEST_P(UpdateBlockTableGpu, EqualsFreshBuildAndKeepsOtherFields) {
       const auto want = read_back(build_step(host, r, hs, ht, false, nullptr));
       const auto got = read_back(before);
       for (int32_t h = 0; h < G && report.empty(); ++h)
-        if (h != g) report = mismatch(got.groups[static_cast<size_t>(h)], want.groups[static_cast<size_t>(h)], kind);
+        if (h != g)
+          report = mismatch(got.groups[static_cast<size_t>(h)], want.groups[static_cast<size_t>(h)],
+                            kind);
       if (!report.empty()) {
         ++failures;
         ADD_FAILURE() << where << ": " << report << "\n  " << case_json(r, where).dump();
@@ -118,7 +125,8 @@ TEST_P(UpdateBlockTableGpu, EqualsFreshBuildAndKeepsOtherFields) {
   EXPECT_GE(checked, 250);
 }
 
-INSTANTIATE_TEST_SUITE_P(Update, UpdateBlockTableGpu, ::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
+INSTANTIATE_TEST_SUITE_P(Update, UpdateBlockTableGpu,
+                         ::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
                          [](const ::testing::TestParamInfo<BuilderKind>& i) {
                            return std::string(kind_name(i.param));
                          });

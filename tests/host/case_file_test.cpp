@@ -1,7 +1,8 @@
 // Every public case (tests/data/public.jsonl) through the public API, host target.
+#include "case_file.hpp"
+
 #include <gtest/gtest.h>
 
-#include "case_file.hpp"
 #include "test_data.hpp"
 
 namespace linmeta {

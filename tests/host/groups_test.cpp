@@ -38,8 +38,8 @@ std::string diff(const json& expected, const json& got) {
 /// Group 0's JSON with the state-index fields of `table_build` (SPEC §7 E: the
 /// block-table gathers are the only per-group fields).
 json with_state_of(json base, const json& table_build) {
-  for (const char* key : {"spec_state_indices_tensor", "non_spec_state_indices_tensor",
-                          "prefill_state_indices"})
+  for (const char* key :
+       {"spec_state_indices_tensor", "non_spec_state_indices_tensor", "prefill_state_indices"})
     base[key] = table_build[key];
   for (const char* parent : {"recoverssm_commit", "checkpoint"})
     if (base.contains(parent) && !base[parent].is_null())
@@ -57,11 +57,16 @@ class Groups : public ::testing::TestWithParam<std::tuple<BuilderKind, int32_t>>
 /// Steps per (kind, G): a few thousand in all, fewer where G makes each one costly.
 int32_t steps_for(int32_t groups) {
   switch (groups) {
-    case 1: return 1000;
-    case 2: return 500;
-    case 4: return 300;
-    case 16: return 100;
-    default: return 40;
+    case 1:
+      return 1000;
+    case 2:
+      return 500;
+    case 4:
+      return 300;
+    case 16:
+      return 100;
+    default:
+      return 40;
   }
 }
 
@@ -98,10 +103,12 @@ TEST_P(Groups, MultiGroupBuildEqualsIndependentBuildsAndUpdateBlockTableRegather
     for (int32_t g = 0; g < G; ++g) {
       Step sg = s;
       sg.block_table = tables[static_cast<size_t>(g)];
-      const Metadata& m = r.capture ? b.single->build_for_cudagraph_capture(sg) : b.single->build(sg);
+      const Metadata& m =
+          r.capture ? b.single->build_for_cudagraph_capture(sg) : b.single->build(sg);
       independent.push_back(cases::to_json(m, kind));
       ASSERT_EQ(got[static_cast<size_t>(g)], independent.back())
-          << where << ", group " << g << " of " << G << diff(independent.back(), got[static_cast<size_t>(g)]);
+          << where << ", group " << g << " of " << G
+          << diff(independent.back(), got[static_cast<size_t>(g)]);
     }
 
     // update_block_table: table g into group h, from group 0's metadata.
@@ -110,7 +117,8 @@ TEST_P(Groups, MultiGroupBuildEqualsIndependentBuildsAndUpdateBlockTableRegather
     const Metadata u = b.multi->update_block_table(ms[0], tables[static_cast<size_t>(g)], h);
     const json expected = with_state_of(got[0], independent[static_cast<size_t>(g)]);
     const json updated = cases::to_json(u, kind);
-    ASSERT_EQ(updated, expected) << where << ", table " << g << " into group " << h << diff(expected, updated);
+    ASSERT_EQ(updated, expected) << where << ", table " << g << " into group " << h
+                                 << diff(expected, updated);
     for (int32_t k = 0; k < G; ++k) {  // every other group's buffers are untouched
       if (k == h) continue;
       ASSERT_EQ(cases::to_json(ms[static_cast<size_t>(k)], kind), got[static_cast<size_t>(k)])

@@ -64,7 +64,8 @@ struct HostStep {
     table.assign(static_cast<size_t>(rows() * row_stride), -7);
     for (int32_t r = 0; r < rows(); ++r)
       for (int32_t c = 0; c < w; ++c)
-        table[static_cast<size_t>(r * row_stride + c)] = base + static_cast<int32_t>(row_stride) * r + c;
+        table[static_cast<size_t>(r * row_stride + c)] =
+            base + static_cast<int32_t>(row_stride) * r + c;
     return *this;
   }
 

@@ -69,7 +69,9 @@ void* operator new[](std::size_t n) { return or_throw(counted_malloc(n)); }
 void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
 void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
 void* operator new(std::size_t n, std::align_val_t al) { return or_throw(counted_aligned(n, al)); }
-void* operator new[](std::size_t n, std::align_val_t al) { return or_throw(counted_aligned(n, al)); }
+void* operator new[](std::size_t n, std::align_val_t al) {
+  return or_throw(counted_aligned(n, al));
+}
 void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
   return counted_aligned(n, al);
 }
@@ -88,7 +90,9 @@ void operator delete[](void* p, std::align_val_t) noexcept { counted_free(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { counted_free(p); }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { counted_free(p); }
 void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { counted_free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  counted_free(p);
+}
 
 namespace linmeta {
 namespace {
@@ -100,14 +104,14 @@ TEST(NoAlloc, TheCounterSeesEveryOverload) {
   CountAllocations count;
   void* a = ::operator new(16);
   void* b = ::operator new[](16);
-  void* c = ::operator new(64, std::align_val_t{64});
+  void* c = ::operator new (64, std::align_val_t{64});
   void* d = ::operator new[](8, std::align_val_t{128}, std::nothrow);
   void* e = ::operator new(8, std::nothrow);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(c) % 64, 0u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(d) % 128, 0u);
   ::operator delete(a, 16);
   ::operator delete[](b);
-  ::operator delete(c, std::align_val_t{64});
+  ::operator delete (c, std::align_val_t{64});
   ::operator delete[](d, std::align_val_t{128});
   ::operator delete(e);
   count.stop();
@@ -188,7 +192,8 @@ void expect_no_allocations(BuilderKind kind, int32_t groups, uint32_t seed, int3
         if (groups == 1 && i % 2 == 0) {
           m0 = p.capture[i] ? &b.build_for_cudagraph_capture(s) : &b.build(s);
         } else {
-          const auto ms = p.capture[i] ? b.build_groups_for_cudagraph_capture(s, t) : b.build_groups(s, t);
+          const auto ms =
+              p.capture[i] ? b.build_groups_for_cudagraph_capture(s, t) : b.build_groups(s, t);
           m0 = &ms[0];
           checksum += use(ms[static_cast<size_t>(g)]);
         }
@@ -205,7 +210,8 @@ void expect_no_allocations(BuilderKind kind, int32_t groups, uint32_t seed, int3
     ASSERT_TRUE(error.empty()) << "seed " << seed << ": " << error;
     ASSERT_EQ(CountAllocations::allocs(), 0)
         << "seed " << seed << ", groups " << groups << ": heap allocations after the first step";
-    ASSERT_EQ(CountAllocations::frees(), 0) << "seed " << seed << ": heap frees after the first step";
+    ASSERT_EQ(CountAllocations::frees(), 0)
+        << "seed " << seed << ": heap frees after the first step";
   }
   EXPECT_NE(checksum, -1);
 }

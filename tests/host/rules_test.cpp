@@ -156,9 +156,12 @@ TEST(AlignGather, SpecExampleOnAGdnSpecStep) {
   s.seq_ub[4] = 40;  // a host bound whose block differs: must not be used
   const Metadata& m = b.build(s.step());
   expect_counts(m, {0, 0, 0, 0, 6, 7});
-  EXPECT_EQ(rows_of(m.spec_state_indices_tensor),
-            (Ints2{{100, 101, 102}, {108, 109, 110}, {116, 117, 118}, {124, 125, 126},
-                   {133, 134, 135}, {142, 143, 144}}));
+  EXPECT_EQ(rows_of(m.spec_state_indices_tensor), (Ints2{{100, 101, 102},
+                                                         {108, 109, 110},
+                                                         {116, 117, 118},
+                                                         {124, 125, 126},
+                                                         {133, 134, 135},
+                                                         {142, 143, 144}}));
   EXPECT_EQ(vec(m.spec_query_start_loc), (Ints{0, 1, 2, 3, 4, 5, 7}));
   EXPECT_EQ(vec(m.spec_token_indx), (Ints{0, 1, 2, 3, 4, 5, 6}));  // arange(min(6 * 3, 7))
   EXPECT_EQ(vec(m.non_spec_token_indx), Ints{});
@@ -173,7 +176,10 @@ TEST(AlignGather, SpecExampleOnAGdnSpecStep) {
 TEST(AlignGather, NonSpecStateIsColumnZeroOfTheAlignedTable) {
   GdnMetadataBuilder b(gdn_config(2, CacheMode::Align), testing::host_options());
   HostStep s;
-  s.lens({1, 1, 1, 1, 1, 1}).seq({1, 1, 15, 16, 17, 33}).seq_device({0, 1, 15, 16, 17, 33}).iota_table(8);
+  s.lens({1, 1, 1, 1, 1, 1})
+      .seq({1, 1, 15, 16, 17, 33})
+      .seq_device({0, 1, 15, 16, 17, 33})
+      .iota_table(8);
   const Metadata& m = b.build(s.step());  // no drafts: no spec path
   EXPECT_EQ(vec(m.non_spec_state_indices_tensor), (Ints{100, 108, 116, 124, 133, 142}));
 }
@@ -188,9 +194,12 @@ TEST(AlignGather, ModesNoneAndAllUseTheTableItself) {
         .accepted_counts({1, 1, 1, 1, 1, 2})
         .iota_table(8);
     const Metadata& m = b.build(s.step());
-    EXPECT_EQ(rows_of(m.spec_state_indices_tensor),
-              (Ints2{{100, 101, 102}, {108, 109, 110}, {116, 117, 118}, {124, 125, 126},
-                     {132, 133, 134}, {140, 141, 142}}));
+    EXPECT_EQ(rows_of(m.spec_state_indices_tensor), (Ints2{{100, 101, 102},
+                                                           {108, 109, 110},
+                                                           {116, 117, 118},
+                                                           {124, 125, 126},
+                                                           {132, 133, 134},
+                                                           {140, 141, 142}}));
   }
 }
 
@@ -339,7 +348,11 @@ TEST(GdnSpecDetection, NoSpecWithoutDraftsOrWithoutSpecRowsOrWithNumSpecZero) {
 TEST(GdnSpecDetection, ARowWithZeroDraftsIsStillASpecRow) {
   GdnMetadataBuilder b(gdn_config(2), testing::host_options());
   HostStep s;
-  s.lens({3, 1, 1}).seq({20, 30, 40}).draft_counts({2, 0, -1}).accepted_counts({2, 1, 1}).iota_table(4);
+  s.lens({3, 1, 1})
+      .seq({20, 30, 40})
+      .draft_counts({2, 0, -1})
+      .accepted_counts({2, 1, 1})
+      .iota_table(4);
   const Metadata& m = b.build(s.step());
   // Row 2 is a one-token non-spec decode: reclassified as a prefill.
   expect_counts(m, {0, 0, 1, 1, 2, 4});
@@ -476,7 +489,12 @@ TEST(GdnSpec, UniformSpecSequenceLength) {
 TEST(GdnSpec, PureSpecWithPaddingRows) {
   GdnMetadataBuilder b(gdn_config(2), testing::host_options());
   HostStep s;
-  s.lens({3, 3, 0}).seq({10, 20, 0}).draft_counts({2, 2, -1}).accepted_counts({1, 3, 1}).tokens(8).iota_table(4);
+  s.lens({3, 3, 0})
+      .seq({10, 20, 0})
+      .draft_counts({2, 2, -1})
+      .accepted_counts({1, 3, 1})
+      .tokens(8)
+      .iota_table(4);
   const Metadata& m = b.build(s.step());
   expect_counts(m, {0, 0, 0, 0, 2, 6});
   EXPECT_EQ(m.num_actual_tokens, 8);
@@ -495,7 +513,11 @@ TEST(GdnStaging, SpecStagingPadsPastTheSpecRows) {
   GdnMetadataBuilder b(gdn_config(2, CacheMode::None, true), testing::host_options());
   // A larger staged step first, so that the fills must overwrite its values.
   HostStep big;
-  big.lens({3, 3, 3, 3}).seq({10, 20, 30, 40}).draft_counts({2, 2, 2, 2}).accepted_counts({3, 3, 3, 3}).iota_table(8);
+  big.lens({3, 3, 3, 3})
+      .seq({10, 20, 30, 40})
+      .draft_counts({2, 2, 2, 2})
+      .accepted_counts({3, 3, 3, 3})
+      .iota_table(8);
   const Metadata& first = b.build(big.step());
   const int32_t* state_at = first.spec_state_indices_tensor.data;
   HostStep s;
@@ -536,7 +558,8 @@ TEST(GdnStaging, CaptureBuildDerivesDraftsAndAcceptedFromQueryLengths) {
   s.lens({2, 2, 1, 0}).seq({10, 20, 30, 0}).iota_table(4);  // no drafts, no accepted
   const Metadata& m = b.build_for_cudagraph_capture(s.step());
   expect_counts(m, {0, 0, 0, 0, 3, 5});
-  EXPECT_EQ(rows_of(m.spec_state_indices_tensor), (Ints2{{100, 101}, {108, 109}, {116, 117}, {0, 0}}));
+  EXPECT_EQ(rows_of(m.spec_state_indices_tensor),
+            (Ints2{{100, 101}, {108, 109}, {116, 117}, {0, 0}}));
   EXPECT_EQ(vec(m.spec_sequence_masks), (Ints{1, 1, 1, 0}));
   EXPECT_EQ(vec(m.spec_query_start_loc), (Ints{0, 2, 4, 5, 5}));
   EXPECT_EQ(vec(m.num_accepted_tokens), (Ints{2, 2, 1, 1}));
@@ -733,7 +756,10 @@ TEST(KdaCheckpoint, SpecFormulaPerRow) {
   //   row 2: seq % 64 == 0                           -> no checkpoint
   //   row 3: 192 - 50 = 142 (not a multiple of 16)   -> no checkpoint
   //   row 4: 192 - 64 = 128 < 136, valid             -> offset 128, column 2
-  s.lens({80, 68, 64, 150, 136}).seq({100, 100, 128, 200, 200}).prefilling({1, 1, 1, 1, 1}).iota_table(8);
+  s.lens({80, 68, 64, 150, 136})
+      .seq({100, 100, 128, 200, 200})
+      .prefilling({1, 1, 1, 1, 1})
+      .iota_table(8);
   const Metadata& m = b.build(s.step());
   expect_counts(m, {0, 0, 5, 498, 0, 0});
   EXPECT_EQ(vec(m.non_spec_state_indices_tensor), (Ints{101, 109, 117, 127, 135}));  // aligned
@@ -756,7 +782,12 @@ TEST(KdaCheckpoint, AbsentWithoutAnyTail) {
 TEST(KdaCheckpoint, OnlyOnActiveNonSpecRowsOfASpecStep) {
   KdaMetadataBuilder b(checkpoint_config(true), testing::host_options());
   HostStep s;
-  s.lens({3, 68, 0}).seq({30, 100, 0}).prefilling({0, 1, 0}).draft_counts({2, -1, -1}).accepted_counts({1, 1, 1}).iota_table(8);
+  s.lens({3, 68, 0})
+      .seq({30, 100, 0})
+      .prefilling({0, 1, 0})
+      .draft_counts({2, -1, -1})
+      .accepted_counts({1, 1, 1})
+      .iota_table(8);
   const Metadata& m = b.build(s.step());
   expect_counts(m, {0, 0, 1, 68, 1, 3});
   ASSERT_TRUE(m.checkpoint.has_value());

@@ -33,7 +33,9 @@ Config graph_config(BuilderKind kind, int32_t num_spec, bool recoverssm = false)
 HostStep spec_step(std::mt19937& rng, int32_t k, int32_t n, int32_t pads, int32_t base) {
   HostStep s;
   for (int32_t r = 0; r < n + pads; ++r) {
-    const int32_t q = r >= n ? 0 : r == 0 ? k + 1 : std::uniform_int_distribution<int32_t>(1, k + 1)(rng);
+    const int32_t q = r >= n   ? 0
+                      : r == 0 ? k + 1
+                               : std::uniform_int_distribution<int32_t>(1, k + 1)(rng);
     s.qsl.push_back(s.qsl.back() + q);
     s.seq_lens.push_back(r >= n ? 0 : 100 + 7 * r);
     s.is_prefilling.push_back(0);
@@ -111,7 +113,8 @@ TEST(Stability, GdnStagedDecodeViewsKeepTheirAddresses) {
   const void* state = nullptr;
   const void* qsl = nullptr;
   int32_t step = 0;
-  for (const auto& [n, pads] : std::vector<std::pair<int32_t, int32_t>>{{1, 0}, {7, 3}, {16, 0}, {2, 14}, {4, 0}}) {
+  for (const auto& [n, pads] :
+       std::vector<std::pair<int32_t, int32_t>>{{1, 0}, {7, 3}, {16, 0}, {2, 14}, {4, 0}}) {
     SCOPED_TRACE("batch " + std::to_string(n));
     if (step++ % 2 == 1) {
       HostStep prefill;
@@ -142,7 +145,8 @@ TEST(Stability, KdaStagedViewsKeepTheirAddresses) {
     const void* accepted = nullptr;
     const void* decode_state = nullptr;
     int32_t step = 0;
-    for (const auto& [n, pads] : std::vector<std::pair<int32_t, int32_t>>{{1, 0}, {6, 2}, {16, 0}, {3, 5}}) {
+    for (const auto& [n, pads] :
+         std::vector<std::pair<int32_t, int32_t>>{{1, 0}, {6, 2}, {16, 0}, {3, 5}}) {
       ++step;
       b.build(mixed_step(3, 9000).step());
       const HostStep s = spec_step(rng, 3, n, pads, 1000 * step);
@@ -194,10 +198,12 @@ std::vector<Range> ranges(const Metadata& m, bool staged, BuilderKind kind) {
   add(r, "non_spec_state_indices_tensor", m.non_spec_state_indices_tensor, true);
   add(r, "prefill_state_indices", m.prefill_state_indices, true);
   if (m.checkpoint) add(r, "checkpoint.state_indices", m.checkpoint->state_indices, true);
-  if (m.checkpoint) add(r, "checkpoint.checkpoint_offsets", m.checkpoint->checkpoint_offsets, false);
+  if (m.checkpoint)
+    add(r, "checkpoint.checkpoint_offsets", m.checkpoint->checkpoint_offsets, false);
   add(r, "spec_sequence_masks", m.spec_sequence_masks, staged);
   add(r, "spec_query_start_loc", m.spec_query_start_loc, staged);
-  add(r, "non_spec_query_start_loc", m.non_spec_query_start_loc, staged && kind == BuilderKind::Gdn);
+  add(r, "non_spec_query_start_loc", m.non_spec_query_start_loc,
+      staged && kind == BuilderKind::Gdn);
   add(r, "num_accepted_tokens", m.num_accepted_tokens, staged);
   add(r, "spec_token_indx", m.spec_token_indx, staged);
   add(r, "non_spec_token_indx", m.non_spec_token_indx, staged);
@@ -232,7 +238,8 @@ void expect_groups_disjoint(std::span<const Metadata> ms, bool staged, BuilderKi
         if (!a.group_level) continue;
         for (const Range& b : per_group[h])
           EXPECT_FALSE(a.begin < b.end && b.begin < a.end)
-              << what << ": group " << g << " " << a.name << " overlaps group " << h << " " << b.name;
+              << what << ": group " << g << " " << a.name << " overlaps group " << h << " "
+              << b.name;
       }
     }
 }
@@ -270,9 +277,10 @@ TEST(Stability, GroupBuffersAreDisjoint) {
     HostStep ckpt;  // a prefill with a checkpoint tail (seq 50, q 34 -> offset 32)
     ckpt.lens({3, 34, 0}).seq({40, 50, 0}).prefilling({0, 1, 0}).draft_counts({2, -1, -1});
     ckpt.accepted_counts({1, 1, 1}).iota_table(8, 8);
-    for (const Named& n : {Named{"staged spec", spec_step(rng, 2, 6, 2, 100), true},
-                           Named{"staged decode", decode_step(5, 3, 100), true},
-                           Named{"mixed", mixed_step(2, 100), false}, Named{"checkpoint", ckpt, false}}) {
+    for (const Named& n :
+         {Named{"staged spec", spec_step(rng, 2, 6, 2, 100), true},
+          Named{"staged decode", decode_step(5, 3, 100), true},
+          Named{"mixed", mixed_step(2, 100), false}, Named{"checkpoint", ckpt, false}}) {
       HostStep s = n.step;
       s.iota_table(16, 16);  // wide enough for the aligned gather
       const auto ts = tables_for(s, G);
@@ -292,7 +300,8 @@ TEST(Stability, UpdatingOneGroupLeavesTheOthersAlone) {
     SCOPED_TRACE(kind == BuilderKind::Gdn ? "gdn" : "kda");
     const Config c = graph_config(kind, 2);
     MetadataBuilder b(kind, c, testing::host_options(G));
-    for (const HostStep& s : {spec_step(rng, 2, 4, 1, 100), decode_step(3, 1, 100), mixed_step(2, 100)}) {
+    for (const HostStep& s :
+         {spec_step(rng, 2, 4, 1, 100), decode_step(3, 1, 100), mixed_step(2, 100)}) {
       const auto ts = tables_for(s, G);
       const auto ms = b.build_groups(s.step(), views(ts));
       std::vector<cases::json> before;

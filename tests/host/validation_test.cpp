@@ -106,7 +106,8 @@ void expect_error(const std::function<void()>& call, const std::vector<std::stri
 /// Snapshots of builder-owned metadata, to prove a failed call wrote nothing.
 class Snapshot {
  public:
-  Snapshot(std::span<const Metadata> ms, BuilderKind kind) : kind_(kind), ms_(ms.begin(), ms.end()) {
+  Snapshot(std::span<const Metadata> ms, BuilderKind kind)
+      : kind_(kind), ms_(ms.begin(), ms.end()) {
     for (const auto& m : ms_) json_.push_back(cases::to_json(m, kind_));
   }
   void expect_unchanged(const std::string& where) const {
@@ -146,110 +147,139 @@ void add_tokens_from(HostStep& s, int32_t row, int32_t extra) {
 
 TEST(Validation, QueryStartLocMustStartAtZero) {
   for (const Base& base : all_bases())
-    expect_rejected(base, [](HostStep& s) {
-      for (auto& x : s.qsl) x += 1;
-      return s.step();
-    }, {"query_start_loc_cpu[0] = 1", "must be 0"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      for (auto& x : s.qsl) x += 1;
+                      return s.step();
+                    },
+                    {"query_start_loc_cpu[0] = 1", "must be 0"});
 }
 
 TEST(Validation, QueryStartLocMustNotDecrease) {
   for (const Base& base : all_bases())
-    expect_rejected(base, [](HostStep& s) {
-      s.qsl[2] = s.qsl[1] - 1;
-      return s.step();
-    }, {"query_start_loc_cpu decreases at row 1", "[1] = " + std::to_string(base.step.qsl[1]),
-        "[2] = " + std::to_string(base.step.qsl[1] - 1)});
+    expect_rejected(
+        base,
+        [](HostStep& s) {
+          s.qsl[2] = s.qsl[1] - 1;
+          return s.step();
+        },
+        {"query_start_loc_cpu decreases at row 1", "[1] = " + std::to_string(base.step.qsl[1]),
+         "[2] = " + std::to_string(base.step.qsl[1] - 1)});
 }
 
 TEST(Validation, QueryStartLocNeedsNumReqsPlusOneEntries) {
   for (const Base& base : all_bases()) {
-    expect_rejected(base, [](HostStep& s) {
-      s.num_reqs = s.rows();
-      s.qsl.pop_back();
-      return s.step();
-    }, {"query_start_loc_cpu has 4 entries", "num_reqs + 1 = 5"});
-    expect_rejected(base, [](HostStep& s) {
-      s.num_reqs = s.rows();
-      s.qsl.push_back(s.qsl.back());
-      return s.step();
-    }, {"query_start_loc_cpu has 6 entries", "num_reqs + 1 = 5"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      s.num_reqs = s.rows();
+                      s.qsl.pop_back();
+                      return s.step();
+                    },
+                    {"query_start_loc_cpu has 4 entries", "num_reqs + 1 = 5"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      s.num_reqs = s.rows();
+                      s.qsl.push_back(s.qsl.back());
+                      return s.step();
+                    },
+                    {"query_start_loc_cpu has 6 entries", "num_reqs + 1 = 5"});
   }
 }
 
 TEST(Validation, NumActualTokensBelowTheQueryTotal) {
   for (const Base& base : all_bases()) {
     const int32_t total = base.step.qsl.back();
-    expect_rejected(base, [total](HostStep& s) {
-      s.tokens(total - 1);
-      return s.step();
-    }, {"num_actual_tokens = " + std::to_string(total - 1), "query_start_loc_cpu[4] = " + std::to_string(total)});
+    expect_rejected(base,
+                    [total](HostStep& s) {
+                      s.tokens(total - 1);
+                      return s.step();
+                    },
+                    {"num_actual_tokens = " + std::to_string(total - 1),
+                     "query_start_loc_cpu[4] = " + std::to_string(total)});
   }
 }
 
 TEST(Validation, NumActualTokensAboveMaxNumBatchedTokens) {
   for (const Base& base : all_bases())
-    expect_rejected(base, [](HostStep& s) {
-      s.tokens(1025);
-      return s.step();
-    }, {"num_actual_tokens = 1025", "max_num_batched_tokens = 1024"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      s.tokens(1025);
+                      return s.step();
+                    },
+                    {"num_actual_tokens = 1025", "max_num_batched_tokens = 1024"});
 }
 
 TEST(Validation, NumReqsAboveMaxNumSeqs) {
   for (const Base& base : all_bases())
-    expect_rejected(base, [](HostStep& s) {
-      s.pad_to(9);
-      return s.step();
-    }, {"num_reqs = 9", "max_num_seqs = 8"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      s.pad_to(9);
+                      return s.step();
+                    },
+                    {"num_reqs = 9", "max_num_seqs = 8"});
 }
 
 TEST(Validation, NumReqsBelowOne) {
   for (const Base& base : all_bases())
-    expect_rejected(base, [](HostStep& s) {
-      HostStep empty;
-      s = empty;
-      return s.step();
-    }, {"num_reqs = 0"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      HostStep empty;
+                      s = empty;
+                      return s.step();
+                    },
+                    {"num_reqs = 0"});
 }
 
 // ---- per-row values --------------------------------------------------------------
 
 TEST(Validation, DraftCountBelowMinusOne) {
   for (const Base& base : spec_bases())
-    expect_rejected(base, [](HostStep& s) {
-      s.drafts[2] = -2;
-      return s.step();
-    }, {"num_decode_draft_tokens[2] = -2", "below -1"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      s.drafts[2] = -2;
+                      return s.step();
+                    },
+                    {"num_decode_draft_tokens[2] = -2", "below -1"});
 }
 
 TEST(Validation, NegativeSeqLensUpperBound) {
   for (const Base& base : all_bases())
-    expect_rejected(base, [](HostStep& s) {
-      s.seq_ub[1] = -3;
-      return s.step();
-    }, {"seq_lens_cpu_upper_bound[1] = -3", "negative"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      s.seq_ub[1] = -3;
+                      return s.step();
+                    },
+                    {"seq_lens_cpu_upper_bound[1] = -3", "negative"});
 }
 
 TEST(Validation, GdnSpecRowLongerThanNumSpecPlusOne) {
   for (const Base& base : {gdn_staged(), gdn_mixed()})
-    expect_rejected(base, [](HostStep& s) {
-      add_tokens_from(s, 1, 1);  // row 1: 4 tokens, 2 drafts
-      return s.step();
-    }, {"spec-decode row 1", "query length 4", "num_spec + 1 = 3"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      add_tokens_from(s, 1, 1);  // row 1: 4 tokens, 2 drafts
+                      return s.step();
+                    },
+                    {"spec-decode row 1", "query length 4", "num_spec + 1 = 3"});
 }
 
 TEST(Validation, KdaRecoverSsmActivationCapacity) {
   // Row 1 is a draftless, non-prefilling row: RecoverSSM makes it a spec row.
-  expect_rejected(kda_mixed(), [](HostStep& s) {
-    add_tokens_from(s, 1, 4);  // 5 tokens
-    return s.step();
-  }, {"RecoverSSM", "activation capacity", "row 1", "query length 5", "num_spec + 1 = 3"});
+  expect_rejected(
+      kda_mixed(),
+      [](HostStep& s) {
+        add_tokens_from(s, 1, 4);  // 5 tokens
+        return s.step();
+      },
+      {"RecoverSSM", "activation capacity", "row 1", "query length 5", "num_spec + 1 = 3"});
 }
 
 TEST(Validation, KdaRecoverSsmNeedsIsPrefilling) {
-  expect_rejected(kda_mixed(), [](HostStep& s) {
-    s.is_prefilling.clear();
-    return s.step();
-  }, {"is_prefilling is required"});
+  expect_rejected(kda_mixed(),
+                  [](HostStep& s) {
+                    s.is_prefilling.clear();
+                    return s.step();
+                  },
+                  {"is_prefilling is required"});
 }
 
 TEST(Validation, KdaSpecStepWithNonSpecRowsNeedsIsPrefilling) {
@@ -257,10 +287,12 @@ TEST(Validation, KdaSpecStepWithNonSpecRowsNeedsIsPrefilling) {
   base.config.use_recoverssm = false;
   base.config.num_speculative_blocks = 2;
   base.step.iota_table(6);  // row 2: seq 50 -> start 3, reads columns 3..5
-  expect_rejected(base, [](HostStep& s) {
-    s.is_prefilling.clear();
-    return s.step();
-  }, {"is_prefilling is required"});
+  expect_rejected(base,
+                  [](HostStep& s) {
+                    s.is_prefilling.clear();
+                    return s.step();
+                  },
+                  {"is_prefilling is required"});
 }
 
 // ---- block tables --------------------------------------------------------------
@@ -270,31 +302,42 @@ TEST(Validation, BlockTableTooNarrowForTheAlignedGather) {
   base.name = "gdn align";
   base.config.mamba_cache_mode = CacheMode::Align;
   base.step.iota_table(5);  // row 1: seq 40 -> start 2, reads columns 2..4
-  expect_rejected(base, [](HostStep& s) {
-    s.iota_table(4);
-    return s.step();
-  }, {"block_table of group 0 is too narrow", "row 1", "5 columns", "aligned state gather", "width = 4"});
+  expect_rejected(base,
+                  [](HostStep& s) {
+                    s.iota_table(4);
+                    return s.step();
+                  },
+                  {"block_table of group 0 is too narrow", "row 1", "5 columns",
+                   "aligned state gather", "width = 4"});
 }
 
 TEST(Validation, BlockTableTooNarrowForTheStagedSpecState) {
-  expect_rejected(gdn_staged(), [](HostStep& s) {
-    s.iota_table(2);  // a staged spec row takes num_spec + 1 = 3 columns
-    return s.step();
-  }, {"block_table of group 0 is too narrow", "3 columns", "staged spec state", "width = 2"});
+  expect_rejected(
+      gdn_staged(),
+      [](HostStep& s) {
+        s.iota_table(2);  // a staged spec row takes num_spec + 1 = 3 columns
+        return s.step();
+      },
+      {"block_table of group 0 is too narrow", "3 columns", "staged spec state", "width = 2"});
 }
 
 TEST(Validation, BlockTableBadWidthOrStride) {
   for (const Base& base : all_bases()) {
-    expect_rejected(base, [](HostStep& s) {
-      Step st = s.step();
-      st.block_table.width = 0;
-      return st;
-    }, {"block_table of group 0", "width = 0"});
-    expect_rejected(base, [](HostStep& s) {
-      Step st = s.step();
-      st.block_table.row_stride = st.block_table.width - 1;
-      return st;
-    }, {"block_table of group 0", "row_stride = " + std::to_string(base.step.width - 1)});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      Step st = s.step();
+                      st.block_table.width = 0;
+                      return st;
+                    },
+                    {"block_table of group 0", "width = 0"});
+    expect_rejected(
+        base,
+        [](HostStep& s) {
+          Step st = s.step();
+          st.block_table.row_stride = st.block_table.width - 1;
+          return st;
+        },
+        {"block_table of group 0", "row_stride = " + std::to_string(base.step.width - 1)});
   }
 }
 
@@ -302,55 +345,67 @@ TEST(Validation, BlockTableBadWidthOrStride) {
 
 TEST(Validation, NullSeqLens) {
   for (const Base& base : all_bases())
-    expect_rejected(base, [](HostStep& s) {
-      Step st = s.step();
-      st.seq_lens = nullptr;
-      return st;
-    }, {"seq_lens", "null"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      Step st = s.step();
+                      st.seq_lens = nullptr;
+                      return st;
+                    },
+                    {"seq_lens", "null"});
 }
 
 TEST(Validation, NullBlockTable) {
   for (const Base& base : all_bases())
-    expect_rejected(base, [](HostStep& s) {
-      Step st = s.step();
-      st.block_table.data = nullptr;
-      return st;
-    }, {"block_table of group 0 is null"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      Step st = s.step();
+                      st.block_table.data = nullptr;
+                      return st;
+                    },
+                    {"block_table of group 0 is null"});
 }
 
 TEST(Validation, NullNumAcceptedTokensOnASpecStep) {
   for (const Base& base : spec_bases())
-    expect_rejected(base, [](HostStep& s) {
-      s.has_accepted = false;
-      return s.step();
-    }, {"num_accepted_tokens", "null"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      s.has_accepted = false;
+                      return s.step();
+                    },
+                    {"num_accepted_tokens", "null"});
 }
 
 // ---- sizes that disagree ----------------------------------------------------------
 
 TEST(Validation, SeqLensUpperBoundSize) {
   for (const Base& base : all_bases())
-    expect_rejected(base, [](HostStep& s) {
-      s.seq_ub.pop_back();
-      return s.step();
-    }, {"seq_lens_cpu_upper_bound has 3 entries", "num_reqs = 4"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      s.seq_ub.pop_back();
+                      return s.step();
+                    },
+                    {"seq_lens_cpu_upper_bound has 3 entries", "num_reqs = 4"});
 }
 
 TEST(Validation, IsPrefillingSize) {
   for (const Base& base : all_bases())
-    expect_rejected(base, [](HostStep& s) {
-      s.is_prefilling.push_back(0);
-      return s.step();
-    }, {"is_prefilling has 5 entries", "num_reqs = 4"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      s.is_prefilling.push_back(0);
+                      return s.step();
+                    },
+                    {"is_prefilling has 5 entries", "num_reqs = 4"});
 }
 
 TEST(Validation, DraftsSize) {
   for (const Base& base : all_bases())
-    expect_rejected(base, [](HostStep& s) {
-      s.drafts.assign(3, -1);
-      s.has_drafts = true;
-      return s.step();
-    }, {"num_decode_draft_tokens has 3 entries", "num_reqs = 4"});
+    expect_rejected(base,
+                    [](HostStep& s) {
+                      s.drafts.assign(3, -1);
+                      s.has_drafts = true;
+                      return s.step();
+                    },
+                    {"num_decode_draft_tokens has 3 entries", "num_reqs = 4"});
 }
 
 // ---- capture builds -----------------------------------------------------------------
@@ -358,11 +413,14 @@ TEST(Validation, DraftsSize) {
 TEST(Validation, CaptureAboveDecodeCudagraphMaxBs) {
   Base base = gdn_staged();
   base.config.max_cudagraph_capture_size = 8;  // D = min(8 * 3, 8) = 8
-  expect_rejected(base, [](HostStep& s) {
-    s.tokens(9);
-    return s.step();
-  }, {"capture", "num_actual_tokens = 9", "decode_cudagraph_max_bs = 8"},
-                  [](MetadataBuilder& b, const Step& s) { b.build_for_cudagraph_capture(s); });
+  expect_rejected(
+      base,
+      [](HostStep& s) {
+        s.tokens(9);
+        return s.step();
+      },
+      {"capture", "num_actual_tokens = 9", "decode_cudagraph_max_bs = 8"},
+      [](MetadataBuilder& b, const Step& s) { b.build_for_cudagraph_capture(s); });
 }
 
 // ---- groups -------------------------------------------------------------------------
@@ -405,8 +463,8 @@ TEST(Validation, UpdateBlockTableRejections) {
                  {"update_block_table group = 1", "[0, 1)"}, "group out of range");
     BlockTable null_table = base.step.block_table();
     null_table.data = nullptr;
-    expect_error([&] { b.update_block_table(good, null_table); }, {"block_table of group 0 is null"},
-                 "null table");
+    expect_error([&] { b.update_block_table(good, null_table); },
+                 {"block_table of group 0 is null"}, "null table");
     HostStep narrow = base.step;
     narrow.iota_table(base.kind == BuilderKind::Kda ? 3 : 1, 8, 700);
     if (base.kind == BuilderKind::Kda || base.name == "gdn staged pure spec")
@@ -414,8 +472,8 @@ TEST(Validation, UpdateBlockTableRejections) {
                    "narrow table");
     Metadata stale = good;
     stale.num_prefills += 1;
-    expect_error([&] { b.update_block_table(stale, base.step.block_table()); },
-                 {"last built step"}, "metadata of another step");
+    expect_error([&] { b.update_block_table(stale, base.step.block_table()); }, {"last built step"},
+                 "metadata of another step");
     snap.expect_unchanged("update_block_table");
   }
 }
@@ -437,7 +495,8 @@ TEST(Validation, UpdateBlockTableAfterARejectedBuildStillUsesTheLastGoodStep) {
     HostStep other = base.step;
     other.iota_table(other.width, 8, 5000);
     const Metadata updated = b.update_block_table(good, other.block_table());
-    EXPECT_EQ(cases::to_json(updated, base.kind), cases::to_json(ref.build(other.step()), base.kind));
+    EXPECT_EQ(cases::to_json(updated, base.kind),
+              cases::to_json(ref.build(other.step()), base.kind));
   }
 }
 
@@ -445,7 +504,8 @@ TEST(Validation, UpdateBlockTableAfterARejectedBuildStillUsesTheLastGoodStep) {
 
 void expect_bad_config(const Config& c, BuilderKind kind, const std::vector<std::string>& needles) {
   expect_error([&] { validate_config(c, kind); }, needles, "validate_config");
-  expect_error([&] { MetadataBuilder b(kind, c, testing::host_options()); }, needles, "constructor");
+  expect_error([&] { MetadataBuilder b(kind, c, testing::host_options()); }, needles,
+               "constructor");
 }
 
 TEST(Validation, InvalidConfigs) {
@@ -480,8 +540,9 @@ TEST(Validation, InvalidConfigs) {
 
 TEST(Validation, InvalidGroupCounts) {
   for (int32_t groups : {0, -1, 65})
-    expect_error([&] { MetadataBuilder b(BuilderKind::Gdn, gdn_config(), testing::host_options(groups)); },
-                 {"options.num_groups = " + std::to_string(groups)}, "num_groups");
+    expect_error(
+        [&] { MetadataBuilder b(BuilderKind::Gdn, gdn_config(), testing::host_options(groups)); },
+        {"options.num_groups = " + std::to_string(groups)}, "num_groups");
   EXPECT_NO_THROW(MetadataBuilder(BuilderKind::Gdn, gdn_config(), testing::host_options(64)));
 }
 
