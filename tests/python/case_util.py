@@ -107,22 +107,9 @@ def to_json(md, kind, to_numpy):
     """The metadata with the case-file field names (tools/case_file.cpp to_json).
     `to_numpy(x)` turns an output array into a host numpy array."""
     j = {name: getattr(md, name) for name in linmeta.COUNT_FIELDS}
-    for name in (
-        "has_initial_state",
-        "chunk_indices",
-        "chunk_offsets",
-        "prefill_query_start_loc",
-        "prefill_state_indices",
-        "prefill_has_initial_state",
-        "spec_query_start_loc",
-        "non_spec_query_start_loc",
-        "spec_state_indices_tensor",
-        "non_spec_state_indices_tensor",
-        "spec_sequence_masks",
-        "spec_token_indx",
-        "non_spec_token_indx",
-        "num_accepted_tokens",
-    ):
+    # Every array field but the conv1d pair, which "conv1d" below covers.
+    conv = ("batch_ptr", "token_chunk_offset_ptr")
+    for name in (f for f in linmeta.ARRAY_FIELDS if f not in conv):
         j[name] = _array_json(getattr(md, name), to_numpy)
     j["uniform_spec_sequence_length"] = md.uniform_spec_sequence_length
     if md.nums_dict is None:
