@@ -187,31 +187,17 @@ std::vector<Workload> all_workloads() {
   return w;
 }
 
-Step StepData::step(const int32_t* dev_qsl, const int32_t* dev_seq_lens,
-                    const int32_t* dev_accepted, const int32_t* dev_table0) const {
-  Step s;
-  s.num_reqs = num_reqs;
-  s.num_actual_tokens = num_actual_tokens;
-  s.query_start_loc_cpu = qsl;
-  s.seq_lens_cpu_upper_bound = seq_ub;
-  s.is_prefilling = {is_prefilling.get(), static_cast<size_t>(num_reqs)};
-  if (has_drafts) s.num_decode_draft_tokens = drafts;
-  s.query_start_loc = dev_qsl;
-  s.seq_lens = dev_seq_lens;
-  s.num_accepted_tokens = has_accepted ? dev_accepted : nullptr;
-  s.block_table = {dev_table0, width, width};
-  return s;
-}
-
 StepData make_step(const Workload& w) {
   const Config& c = w.config;
   const StepShape& sh = w.shape;
   const int32_t k = c.num_spec;
   StepData d;
+  d.config = c;
+  d.kind = w.kind;
   d.num_reqs = sh.rows();
   d.has_drafts = k > 0;
   d.has_accepted = k > 0;
-  d.is_prefilling = std::make_unique<bool[]>(static_cast<size_t>(d.num_reqs));
+  d.is_prefilling.assign(static_cast<size_t>(d.num_reqs), 0);
   d.qsl.push_back(0);
   for (int32_t r = 0; r < d.num_reqs; ++r) {
     const bool is_spec = r < sh.spec_rows;
@@ -233,7 +219,7 @@ StepData make_step(const Workload& w) {
     d.seq_lens.push_back(seq);
     d.drafts.push_back(is_spec ? k : -1);
     d.accepted.push_back(is_spec ? 1 + r % (k + 1) : 1);
-    d.is_prefilling[static_cast<size_t>(r)] = is_prefill;
+    d.is_prefilling[static_cast<size_t>(r)] = is_prefill ? 1 : 0;
   }
   d.num_actual_tokens = d.qsl.back();
 
@@ -243,6 +229,7 @@ StepData make_step(const Workload& w) {
     need = std::max(need, seq / c.block_size + 1);
   }
   d.width = need + 1;
+  d.row_stride = d.width;
   for (int32_t g = 0; g < w.groups; ++g) {
     std::vector<int32_t> t(static_cast<size_t>(d.num_reqs) * static_cast<size_t>(d.width));
     for (size_t i = 0; i < t.size(); ++i)

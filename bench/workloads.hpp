@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "linmeta/linmeta.hpp"
+#include "random_step.hpp"
 
 namespace linmeta::bench {
 
@@ -37,21 +38,9 @@ struct Workload {
 /// Every workload, in table order (about 35).
 std::vector<Workload> all_workloads();
 
-/// Host copies of every array of a step plus one block table per group.
-struct StepData {
-  int32_t num_reqs = 0;
-  int32_t num_actual_tokens = 0;
-  std::vector<int32_t> qsl, seq_lens, seq_ub, drafts, accepted;
-  std::unique_ptr<bool[]> is_prefilling;
-  bool has_drafts = false;
-  bool has_accepted = false;
-  int32_t width = 0;
-  std::vector<std::vector<int32_t>> tables;  ///< [groups][num_reqs * width]
-
-  /// The step over the given "device" arrays (host arrays on the host target).
-  [[nodiscard]] Step step(const int32_t* dev_qsl, const int32_t* dev_seq_lens,
-                          const int32_t* dev_accepted, const int32_t* dev_table0) const;
-};
+/// Host copies of every array of a step plus one block table per group (the
+/// test suite's step holder; its step() views them).
+using StepData = linmeta::testing::RandomStep;
 
 /// The deterministic step of a workload.
 StepData make_step(const Workload& w);
