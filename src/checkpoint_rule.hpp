@@ -35,7 +35,7 @@ constexpr CheckpointSite hash_block_checkpoint(int32_t seq, int32_t q, int32_t b
 
 static_assert(hash_block_checkpoint(200, 200, 64, 16).offset == 192);
 static_assert(hash_block_checkpoint(200, 200, 64, 16).col == 2);
-static_assert(hash_block_checkpoint(64, 64, 64, 16).offset == 0);  // nothing past the block
+static_assert(hash_block_checkpoint(64, 64, 64, 16).offset == 0);    // nothing past the block
 static_assert(hash_block_checkpoint(300, 100, 64, 16).offset == 0);  // starts mid-block
 static_assert(floor_div(-1, 16) == -1 && ceil_div(17, 16) == 2 && ceil_div(0, 16) == 0);
 

@@ -105,8 +105,8 @@ int main(int argc, char** argv) {
     o.kind = kind;
     o.num_groups = testing::uniform(rng, 0, 99) < groups_percent ? testing::uniform(rng, 2, 4) : 1;
     const testing::RandomStep r = testing::random_step(rng, c, o);
-    std::cout << case_json(r, "stepgen-" + std::to_string(seed) + "/" + builder + "/" +
-                                  std::to_string(i))
+    std::cout << case_json(
+                     r, "stepgen-" + std::to_string(seed) + "/" + builder + "/" + std::to_string(i))
                      .dump()
               << "\n";
   }
