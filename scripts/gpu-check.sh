@@ -8,6 +8,7 @@
 # Stages, one summary line each; exit status 1 if any stage fails:
 #   gpu-tests       BUILD/tests/linmeta_gpu_tests (all GPU tests, full random run)
 #   replay-cuda     BUILD/tools/linmeta-replay check tests/data/public.jsonl --target cuda
+#   replay-cuda-vllm034  the same over tests/data/vllm034.jsonl
 #   memcheck        compute-sanitizer --tool memcheck --leak-check full   } public cases +
 #   racecheck       compute-sanitizer --tool racecheck                    } a reduced random
 #   initcheck       compute-sanitizer --tool initcheck                    } run (see below)
@@ -90,6 +91,7 @@ if [[ ! -x $replay_bin ]]; then
   missing replay-cuda "$replay_bin not found: build the target linmeta-replay"
 else
   stage replay-cuda plain "$replay_bin" check tests/data/public.jsonl --target cuda
+  stage replay-cuda-vllm034 plain "$replay_bin" check tests/data/vllm034.jsonl --target cuda
 fi
 
 if [[ -z $sanitizer ]]; then

@@ -18,6 +18,9 @@ struct RandomStepOptions {
   int32_t num_groups = 1;
   int32_t max_prefill_len = 3000;
   bool allow_capture = true;
+  /// Probability that every spec row of a step drafts 0 tokens (rule R1/K1 of the
+  /// vllm-0.34 profile); 0 draws nothing, leaving the random stream as it was.
+  double zero_drafts = 0;
 };
 
 /// A step with host copies of every array; `step()` views them given the
@@ -148,12 +151,13 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
   // Query lengths: fixed ones first, then prefills grow into the token budget.
   std::vector<int32_t> q(static_cast<size_t>(n), 0);
   r.drafts.assign(static_cast<size_t>(n), -1);
+  const bool no_drafts = o.zero_drafts > 0 && coin(rng, o.zero_drafts);
   int32_t fixed = 0;
   for (int32_t i = 0; i < n; ++i) {
     const auto u = static_cast<size_t>(i);
     if (roles[u] == Decode || roles[u] == Prefill) q[u] = 1;
     if (roles[u] == Spec) {
-      r.drafts[u] = uniform(rng, coin(rng, 0.1) ? 0 : std::min(1, k), k);
+      r.drafts[u] = no_drafts ? 0 : uniform(rng, coin(rng, 0.1) ? 0 : std::min(1, k), k);
       q[u] = r.drafts[u] + 1;
     }
     fixed += q[u];

@@ -2,7 +2,7 @@
 // (tests/random_step.hpp), printed as case-file JSON lines without "expected"
 // (docs/semantics.md, "Case files"). A reference fills "expected" (tests/vllm/).
 //   linmeta-stepgen --builder gdn|kda --count N [--seed S] [--profile seed|vllm-0.34]
-//                   [--groups-percent P]
+//                   [--groups-percent P] [--zero-drafts-percent Z]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,8 +21,10 @@ int usage() {
   std::fprintf(stderr,
                "usage: linmeta-stepgen --builder gdn|kda --count N [--seed S]\n"
                "                       [--profile seed|vllm-0.34] [--groups-percent P]\n"
+               "                       [--zero-drafts-percent Z]\n"
                "  prints N random steps (one case-file JSON object per line, no expected);\n"
-               "  P percent of them (default 15) are seen by 2-4 KV-cache groups\n");
+               "  P percent of them (default 15) are seen by 2-4 KV-cache groups; in Z percent\n"
+               "  (default 0) every spec row drafts 0 tokens\n");
   return 2;
 }
 
@@ -75,7 +77,7 @@ int main(int argc, char** argv) {
   std::string builder, profile = "seed";
   long count = -1;
   unsigned long seed = 1;
-  int groups_percent = 15;
+  int groups_percent = 15, zero_drafts_percent = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) return usage();
@@ -90,11 +92,14 @@ int main(int argc, char** argv) {
       profile = v;
     else if (a == "--groups-percent")
       groups_percent = static_cast<int>(std::strtol(v, nullptr, 10));
+    else if (a == "--zero-drafts-percent")
+      zero_drafts_percent = static_cast<int>(std::strtol(v, nullptr, 10));
     else
       return usage();
   }
   if ((builder != "gdn" && builder != "kda") || count < 0 ||
-      (profile != "seed" && profile != "vllm-0.34") || groups_percent < 0 || groups_percent > 100)
+      (profile != "seed" && profile != "vllm-0.34") || groups_percent < 0 || groups_percent > 100 ||
+      zero_drafts_percent < 0 || zero_drafts_percent > 100)
     return usage();
   const BuilderKind kind = builder == "kda" ? BuilderKind::Kda : BuilderKind::Gdn;
   const Profile prof = profile == "seed" ? Profile::Seed : Profile::Vllm034;
@@ -103,6 +108,7 @@ int main(int argc, char** argv) {
     const Config c = testing::random_config(rng, kind, prof);
     testing::RandomStepOptions o;
     o.kind = kind;
+    o.zero_drafts = zero_drafts_percent / 100.0;
     o.num_groups = testing::uniform(rng, 0, 99) < groups_percent ? testing::uniform(rng, 2, 4) : 1;
     const testing::RandomStep r = testing::random_step(rng, c, o);
     std::cout << case_json(
