@@ -3,7 +3,8 @@
 # metadata builders, on CPU (docs/semantics.md, "The differential harness"). Not part of
 # .ci/run: the venv is ~8.5 GB.
 #
-#   scripts/vllm-diff.sh [--steps N] [--chunk C] [--seed S] [--record FILE] [--make-data]
+#   scripts/vllm-diff.sh [--steps N] [--chunk C] [--seed S] [--zero-drafts P] [--record FILE]
+#                        [--make-data]
 #
 # 1. creates the venv if absent ($LINMETA_VLLM_VENV, default ../venv-vllm beside the
 #    repository): vllm==0.34.0 with --no-deps, then its Requires-Dist minus
@@ -14,21 +15,25 @@
 #    the wheel fills "expected", linmeta-replay compares every field linmeta emits, the
 #    Vllm034PlanFields test compares the planner's data for the fields it does not emit
 #    yet. Prints (and with --record writes) the counts; exit 1 on any mismatch.
+# --zero-drafts P: P percent of the steps (default 10) have every spec row draft 0 tokens
+# (rules R1 / K1; the generator's plain stream makes them rare).
 # --make-data regenerates tests/data/vllm034.jsonl (a category-covering sample).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 source scripts/env.sh
 
-STEPS=10000 CHUNK=1000 SEED=1 RECORD="" MAKE_DATA=0
+STEPS=10000 CHUNK=1000 SEED=1 RECORD="" MAKE_DATA=0 ZERO_DRAFTS=10
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS=$2; shift 2 ;;
     --chunk) CHUNK=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
+    --zero-drafts) ZERO_DRAFTS=$2; shift 2 ;;
     --record) RECORD=$2; shift 2 ;;
     --make-data) MAKE_DATA=1; shift ;;
-    *) echo "usage: $0 [--steps N] [--chunk C] [--seed S] [--record FILE] [--make-data]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--steps N] [--chunk C] [--seed S] [--zero-drafts P] [--record FILE] [--make-data]" >&2
+      exit 2 ;;
   esac
 done
 
@@ -70,7 +75,7 @@ for builder in gdn kda; do
     n=$(( STEPS - done_steps < CHUNK ? STEPS - done_steps : CHUNK ))
     s=$(( SEED * 1000 + chunk_no ))
     "$BIN/tools/linmeta-stepgen" --builder "$builder" --profile vllm-0.34 --count "$n" --seed "$s" \
-      > "$WORK/steps.jsonl"
+      --zero-drafts-percent "$ZERO_DRAFTS" > "$WORK/steps.jsonl"
     harness fill "$WORK/steps.jsonl" "$WORK/cases.jsonl" 2> "$WORK/fill.txt"
     raised=$(( raised + $(grep -o '([0-9]* raised)' "$WORK/fill.txt" | tr -dc 0-9) ))
     "$BIN/tools/linmeta-replay" check "$WORK/cases.jsonl" > "$WORK/replay.txt" || true
