@@ -10,6 +10,7 @@
 #   soak            the random cuda-vs-host test with LINMETA_SOAK_STEPS steps per builder
 #                   (default 60000: 1.2e5 steps; G 1-48, capture and eager, PDL on and off)
 #   replay-cuda     BUILD/tools/linmeta-replay check tests/data/public.jsonl --target cuda
+#   replay-cuda-vllm034  the same over tests/data/vllm034.jsonl
 #   memcheck        compute-sanitizer --tool memcheck --leak-check full   } public cases +
 #   racecheck       compute-sanitizer --tool racecheck                    } a reduced random
 #   initcheck       compute-sanitizer --tool initcheck                    } run (see below)
@@ -99,6 +100,7 @@ if [[ ! -x $replay_bin ]]; then
   missing replay-cuda "$replay_bin not found: build the target linmeta-replay"
 else
   stage replay-cuda plain "$replay_bin" check tests/data/public.jsonl --target cuda
+  stage replay-cuda-vllm034 plain "$replay_bin" check tests/data/vllm034.jsonl --target cuda
 fi
 
 if [[ -z $sanitizer ]]; then

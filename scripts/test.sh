@@ -22,6 +22,7 @@ ctest --preset asan
 
 echo "== replay tool over the public cases"
 build/release/tools/linmeta-replay check tests/data/public.jsonl --target host
+build/release/tools/linmeta-replay check tests/data/vllm034.jsonl --target host
 
 if [[ -f pyproject.toml && -d tests/python ]]; then
   echo "== Python package"

@@ -1,9 +1,13 @@
 // SPEC §4–8: classification of a step into decode / spec-decode / prefill rows,
-// for both builders. The GDN and KDA rules differ only where a `kind` test says so.
+// for both builders. The GDN and KDA rules differ only where a `kind` test says so;
+// the vllm-0.34 profile differs from the seed only where a `v034()` test says so, each
+// such branch named by its rule in docs/semantics.md (R1..R5 GDN, K1..K6 KDA).
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 
 #include "capacity.hpp"
+#include "checkpoint_rule.hpp"
 #include "cumsum.hpp"
 #include "split.hpp"
 #include "step_plan.hpp"
@@ -29,6 +33,7 @@ struct Ctx {
   const bool* prefilling = nullptr;  ///< is_prefilling, all false when absent
 
   [[nodiscard]] bool kda() const { return kind == BuilderKind::Kda; }
+  [[nodiscard]] bool v034() const { return c.profile == Profile::Vllm034; }
 };
 
 void reset(StepPlan& p) {
@@ -48,6 +53,9 @@ void reset(StepPlan& p) {
   p.prefill_fields = p.has_initial_state = p.chunks = p.conv = false;
   p.peel_rows = p.peel_tokens = p.chunk_seqs = p.conv_seqs = 0;
   p.checkpoint = p.recoverssm_commit = p.request_indices = p.commit_align = false;
+  p.fi_checkpoint_plan = false;
+  p.spec_token_start = p.non_spec_token_start = -1;
+  p.fi_prefill_qsl = p.fi_seq_order = false;
   p.stage_spec = p.stage_decode = false;
 }
 
@@ -64,12 +72,20 @@ int32_t detect_spec(Ctx& x) {
   if (recover)  // draftless active decodes go through the spec path too
     for (int32_t r = 0; r < p.num_reqs; ++r)
       mask[r] |= static_cast<int32_t>(!x.prefilling[r] && p.ql(r) > 0);
+  // K2 (vllm-0.34): a RecoverSSM row wider than num_spec + 1 is no verify; it takes the
+  // non-spec path (the seed profile rejects it in plan_spec).
+  if (recover && x.v034())
+    for (int32_t r = 0; r < p.num_reqs; ++r)
+      mask[r] &= static_cast<int32_t>(p.ql(r) <= x.c.num_spec + 1);
   for (int32_t r = 0; r < p.num_reqs; ++r) {
     count += mask[r];
     drafts += mask[r] * d[r];
   }
-  // GDN: no spec rows or no draft at all -> regular path. KDA: only without RecoverSSM,
-  // which must keep its extended conv window even for draftless rows.
+  // R1 / K1 (vllm-0.34): no zero-draft fallback; spec rows whose drafts are all 0 still
+  // take the spec path, the only one that applies the accepted-token offsets.
+  if (x.v034()) return count;
+  // Seed: GDN: no spec rows or no draft at all -> regular path. KDA: only without
+  // RecoverSSM, which must keep its extended conv window even for draftless rows.
   if (drafts == 0 && !recover) return 0;
   return count;
 }
@@ -79,7 +95,8 @@ void plan_no_spec(Ctx& x) {
   const int32_t n = p.num_reqs;
   const std::span<const int32_t> qsl(p.qsl.data(), n + 1);
   Split sp;
-  if (x.kda()) {
+  // K3 (vllm-0.34): KDA takes GDN's fresh-prompt split and padding drop below.
+  if (x.kda() && !x.v034()) {
     sp = split_decodes_and_prefills(qsl, p.num_actual_tokens, kKdaTreatShortExtendsAsDecodes,
                                     [&](int32_t r) { return x.prefilling[r]; });
   } else {
@@ -187,6 +204,24 @@ void fill_cumsum(const StepPlan& p, const RowList& rows, Cumsum& out) {
   out.present = true;
 }
 
+/// K5 (vllm-0.34, KDA mixed path): where each token set starts when the spec and the
+/// non-spec tokens are two contiguous runs (one switch between active rows).
+void plan_token_starts(Ctx& x) {
+  StepPlan& p = x.p;
+  int32_t switches = 0, first = -1, prev = -1;
+  for (int32_t r = 0; r < p.num_reqs; ++r) {
+    if (p.ql(r) == 0) continue;
+    const int32_t m = p.mask[r];
+    if (first < 0) first = m;
+    if (prev >= 0 && m != prev) ++switches;
+    prev = m;
+  }
+  if (switches != 1) return;
+  const int32_t ns_tokens = p.num_prefill_tokens + p.num_decode_tokens;
+  p.spec_token_start = first == 1 ? 0 : ns_tokens;
+  p.non_spec_token_start = first == 1 ? p.num_spec_decode_tokens : 0;
+}
+
 void plan_spec(Ctx& x) {
   StepPlan& p = x.p;
   const int32_t n = p.num_reqs;
@@ -239,9 +274,9 @@ void plan_spec(Ctx& x) {
     p.sp_qsl.is_qsl = true;
     p.sp_qsl.present = true;
     // KDA takes the first N rows; GDN the masked rows, which are those unless a
-    // zero-length row precedes a spec row.
+    // zero-length row precedes a spec row. R2 (vllm-0.34): GDN takes the first N rows too.
     p.sp_rows.n = sp;
-    p.sp_rows.identity = x.kda() || st.spec_prefix == sp;
+    p.sp_rows.identity = x.kda() || x.v034() || st.spec_prefix == sp;
     if (!p.sp_rows.identity) fill_row_lists(p, !x.kda());
     if (!x.kda()) {
       p.tokens = StepPlan::Tokens::Arange;
@@ -258,6 +293,7 @@ void plan_spec(Ctx& x) {
   // KDA packed decode consumes one row per request: no non-spec cumsum output.
   p.ns_qsl_output = !x.kda() || p.num_prefills > 0;
   p.request_indices = x.kda() && x.c.use_recoverssm;
+  if (x.kda() && x.v034()) plan_token_starts(x);
 }
 
 const int32_t* cumsum_data(const StepPlan& p, const Cumsum& c) {
@@ -278,7 +314,10 @@ void plan_prefill(Ctx& x) {
     p.peel_rows = p.num_decodes;
     p.peel_tokens = p.num_decode_tokens;
   }
-  if (x.c.chunk_metadata) {
+  // R4 (vllm-0.34): FlashInfer's chunk kernel takes cu_seqlens; no FLA chunk metadata.
+  const bool chunks =
+      x.v034() ? x.c.prefill_backend != PrefillBackend::FlashInfer : x.c.chunk_metadata;
+  if (chunks) {
     p.chunks = true;
     p.chunk_seqs = p.ns_qsl.n - p.peel_rows;
     ceil_cumsum(cumsum_data(p, p.ns_qsl) + p.peel_rows, p.chunk_seqs, kFlaChunkSize,
@@ -291,18 +330,72 @@ void plan_prefill(Ctx& x) {
   }
 }
 
-/// SPEC §8 prefill checkpoints (KDA, align mode).
+/// R5 (vllm-0.34, GDN + FlashInfer): where FlashInfer's prefill emits the checkpoint
+/// states. It emits one every `every_n` tokens of each prefill sequence (the trailing
+/// prefill rows of the checkpoint rows), every_n = gcd of the offsets.
+void plan_flashinfer_checkpoints(Ctx& x) {
+  StepPlan& p = x.p;
+  const int32_t rows = p.ns_rows.n;
+  const int32_t prefill_rows = p.ns_qsl.n - p.peel_rows;
+  int32_t every = 0;
+  for (int32_t i = 0; i < rows; ++i) every = std::gcd(every, p.cp_offsets[i]);
+  p.fi_every_n = every;
+  p.fi_cu_starts[0] = 0;
+  const int32_t first = rows - prefill_rows;
+  for (int32_t i = 0; i < prefill_rows; ++i)
+    p.fi_cu_starts[i + 1] = p.fi_cu_starts[i] + p.ql(p.ns_rows[first + i]) / every;
+  p.fi_prefill_rows = prefill_rows;
+  for (int32_t i = 0; i < rows; ++i) {
+    const int32_t offset = p.cp_offsets[i];
+    p.fi_rows[i] = i >= first && offset > 0 ? p.fi_cu_starts[i - first] + offset / every - 1 : 0;
+  }
+  p.fi_checkpoint_plan = true;
+}
+
+/// K6 (vllm-0.34, KDA + FlashInfer prefill): the non-spec query_start_loc as int64, and
+/// the non-spec sequences longest first when some has more than one token. vLLM sorts
+/// without stability (ties in no defined order); linmeta breaks ties by row.
+void plan_flashinfer_prefill(Ctx& x) {
+  StepPlan& p = x.p;
+  if (!x.kda() || x.c.prefill_backend != PrefillBackend::FlashInfer || p.num_prefills == 0) return;
+  p.fi_prefill_qsl = true;
+  const int32_t n = p.ns_qsl.n;
+  const int32_t* cu = cumsum_data(p, p.ns_qsl);
+  if (p.num_prefill_tokens + p.num_decode_tokens <= n) return;
+  for (int32_t i = 0; i < n; ++i) p.fi_order[i] = i;
+  std::sort(p.fi_order.begin(), p.fi_order.begin() + n, [cu](int32_t a, int32_t b) {
+    const int32_t la = cu[a + 1] - cu[a], lb = cu[b + 1] - cu[b];
+    return la != lb ? la > lb : a < b;
+  });
+  p.fi_seq_order = true;
+}
+
+/// The offset grid of a layer's checkpoints (vllm-0.34): FlashKDA's 16-token chunk; for
+/// GDN + FlashInfer the prefix-cache grid, which a single-group engine puts at the block.
+int32_t checkpoint_alignment(const Ctx& x) {
+  return x.kda() ? kKdaCheckpointAlign : x.c.block_size;
+}
+
+/// Prefill checkpoints, align mode: SPEC §8 (seed, KDA); R5 / K4 (vllm-0.34, GDN and
+/// KDA): the shared hash-block rule of src/checkpoint_rule.hpp.
 void plan_checkpoints(Ctx& x) {
   StepPlan& p = x.p;
   if (p.num_prefills == 0 || x.c.num_prefill_checkpoint_blocks <= 0 ||
       x.c.mamba_cache_mode != CacheMode::Align)
     return;
   const int32_t B = x.c.block_size;
-  bool any_tail = false;
+  bool any = false;
   for (int32_t i = 0; i < p.ns_rows.n; ++i) {
     const int32_t r = p.ns_rows[i];
     const int32_t seq = x.s.seq_lens_cpu_upper_bound[r];
     const int32_t q = p.ql(r);
+    if (x.v034()) {
+      const CheckpointSite site = hash_block_checkpoint(seq, q, B, checkpoint_alignment(x));
+      p.cp_offsets[i] = site.offset;
+      p.cp_cols[i] = site.col;
+      any = any || site.offset > 0;
+      continue;
+    }
     const int32_t offset = (seq / B) * B - (seq - q);
     const bool valid =
         seq % B != 0 && offset > 0 && offset < q && offset % kKdaCheckpointAlign == 0;
@@ -310,12 +403,13 @@ void plan_checkpoints(Ctx& x) {
     const bool tail = q - first > 0;
     p.cp_offsets[i] = tail ? first : 0;
     p.cp_cols[i] = valid ? seq / B - 1 : -1;
-    any_tail = any_tail || tail;
+    any = any || tail;
   }
-  if (!any_tail) return;
+  if (!any) return;
   for (int32_t i = 0; i < p.ns_rows.n; ++i)
     p.width.need(p.cp_cols[i] + 1, p.ns_rows[i], "the prefill checkpoint gather");
   p.checkpoint = true;
+  if (!x.kda() && x.c.prefill_backend == PrefillBackend::FlashInfer) plan_flashinfer_checkpoints(x);
 }
 
 void plan_staging(Ctx& x) {
@@ -350,6 +444,9 @@ void reserve_plan(StepPlan& p, const Config& c) {
   p.conv_offsets.assign(R + 1, 0);
   p.cp_offsets.assign(R, 0);
   p.cp_cols.assign(R, 0);
+  p.fi_cu_starts.assign(R + 1, 0);
+  p.fi_rows.assign(R, 0);
+  p.fi_order.assign(R, 0);
   p.capture_drafts.assign(R, 0);
   p.no_prefilling.assign(R, 0);
 }
@@ -400,8 +497,10 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
   else
     plan_spec(x);
   plan_prefill(x);
+  // R5 (vllm-0.34): GDN has prefill checkpoints too.
+  if (x.kda() || x.v034()) plan_checkpoints(x);
+  plan_flashinfer_prefill(x);
   if (x.kda()) {
-    plan_checkpoints(x);
     p.recoverssm_commit = c.use_recoverssm && p.num_spec_decodes > 0;
     p.commit_align = p.recoverssm_commit && c.mamba_cache_mode == CacheMode::Align;
   }

@@ -74,10 +74,28 @@ struct StepPlan : StepCounts {
   std::vector<int32_t> conv_offsets;  ///< [conv_seqs + 1]
   int32_t conv_seqs = 0;
 
-  // KDA.
+  // Prefill checkpoints (KDA; GDN in vllm-0.34), over the non-spec rows.
   bool checkpoint = false;
   std::vector<int32_t> cp_offsets;  ///< [ns_rows.n]
   std::vector<int32_t> cp_cols;     ///< [ns_rows.n]
+  /// vllm-0.34 GDN + FlashInfer: flashinfer_checkpoint_plan (int64 in vLLM).
+  bool fi_checkpoint_plan = false;
+  int32_t fi_every_n = 0;             ///< every_n_tokens; num_checkpoints = fi_cu_starts[last]
+  int32_t fi_prefill_rows = 0;        ///< sequences of the prefill kernel
+  std::vector<int32_t> fi_cu_starts;  ///< [fi_prefill_rows + 1]
+  std::vector<int32_t> fi_rows;       ///< [ns_rows.n]
+
+  // vllm-0.34 KDA.
+  /// spec_token_start / non_spec_token_start; -1: None.
+  int32_t spec_token_start = -1;
+  int32_t non_spec_token_start = -1;
+  /// flashinfer_prefill_query_start_loc = the non-spec query_start_loc (ns_qsl), as int64.
+  bool fi_prefill_qsl = false;
+  /// flashinfer_prefill_seq_order: non-spec sequences longest first (ties by row).
+  bool fi_seq_order = false;
+  std::vector<int32_t> fi_order;  ///< [ns_qsl.n]
+
+  // KDA.
   bool recoverssm_commit = false;
   bool request_indices = false;  ///< = sp_rows, mixed RecoverSSM path
   bool commit_align = false;

@@ -13,6 +13,48 @@ namespace {
 
 [[noreturn]] void fail(const std::string& msg) { throw Error("linmeta: " + msg); }
 
+const char* backend_name(PrefillBackend b) {
+  return b == PrefillBackend::Triton       ? "triton"
+         : b == PrefillBackend::FlashInfer ? "flashinfer"
+                                           : "flashkda";
+}
+
+/// What each profile supports (docs/semantics.md).
+void validate_profile(const Config& c, BuilderKind kind) {
+  const bool gdn = kind == BuilderKind::Gdn;
+  if (c.profile == Profile::Seed) {
+    if (c.prefill_backend == PrefillBackend::FlashInfer)
+      fail(
+          "config.prefill_backend = flashinfer is a vllm-0.34 profile option (the seed profile "
+          "takes chunk_metadata)");
+    return;
+  }
+  // R3: vLLM 0.34's MambaCacheMode is "none" | "align".
+  if (c.mamba_cache_mode == CacheMode::All)
+    fail("config.mamba_cache_mode = all does not exist in the vllm-0.34 profile (none | align)");
+  if (gdn && c.prefill_backend == PrefillBackend::FlashKda)
+    fail("config.prefill_backend = flashkda is a KDA backend; GDN takes triton or flashinfer");
+  if (gdn && !c.chunk_metadata)
+    fail(
+        "config.chunk_metadata = false: in the vllm-0.34 profile chunk metadata follows "
+        "prefill_backend (flashinfer builds none)");
+  if (c.num_prefill_checkpoint_blocks <= 0) return;
+  // Only layers whose prefill kernel exports mid-prefill states have checkpoint blocks.
+  if (!gdn && c.prefill_backend != PrefillBackend::FlashKda)
+    fail(fmt::format(
+        "config.num_prefill_checkpoint_blocks = {} needs prefill_backend = flashkda for KDA "
+        "(prefill_backend = {} exports no checkpoints)",
+        c.num_prefill_checkpoint_blocks, backend_name(c.prefill_backend)));
+  if (gdn && (c.prefill_backend != PrefillBackend::FlashInfer ||
+              c.mamba_cache_mode != CacheMode::Align || c.block_size % kFlaChunkSize != 0))
+    fail(fmt::format(
+        "config.num_prefill_checkpoint_blocks = {}: GDN exports prefill checkpoints only with "
+        "prefill_backend = flashinfer, mamba_cache_mode = align and a block_size that is a "
+        "multiple of {} (got {}, block_size {})",
+        c.num_prefill_checkpoint_blocks, kFlaChunkSize, backend_name(c.prefill_backend),
+        c.block_size));
+}
+
 }  // namespace
 
 void validate_config(const Config& c, BuilderKind kind) {
@@ -30,6 +72,7 @@ void validate_config(const Config& c, BuilderKind kind) {
                      c.num_prefill_checkpoint_blocks));
   if (kind == BuilderKind::Gdn && c.use_recoverssm)
     fail("config.use_recoverssm is a KDA option; the GDN builder does not support it");
+  validate_profile(c, kind);
   const auto cap = detail::Capacity::of(c, kind);
   if (c.mamba_cache_mode == CacheMode::Align && c.num_speculative_blocks + 1 < cap.spec_cols)
     fail(fmt::format(

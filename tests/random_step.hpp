@@ -18,6 +18,9 @@ struct RandomStepOptions {
   int32_t num_groups = 1;
   int32_t max_prefill_len = 3000;
   bool allow_capture = true;
+  /// Probability that every spec row of a step drafts 0 tokens (rule R1/K1 of the
+  /// vllm-0.34 profile); 0 draws nothing, leaving the random stream as it was.
+  double zero_drafts = 0;
 };
 
 /// A step with host copies of every array; `step()` views them given the
@@ -73,8 +76,26 @@ inline int32_t uniform(std::mt19937& rng, int32_t lo, int32_t hi) {
 
 inline bool coin(std::mt19937& rng, double p = 0.5) { return std::bernoulli_distribution(p)(rng); }
 
-/// A random configuration for `kind`.
-inline Config random_config(std::mt19937& rng, BuilderKind kind) {
+/// The vllm-0.34 profile's knobs on top of a seed configuration (docs/semantics.md):
+/// no "all" cache mode, a prefill backend, and prefill checkpoints only where that
+/// backend exports them (KDA: FlashKDA; GDN: FlashInfer in align mode, 64-aligned blocks).
+inline void make_vllm034(std::mt19937& rng, BuilderKind kind, Config& c) {
+  c.profile = Profile::Vllm034;
+  if (c.mamba_cache_mode == CacheMode::All) c.mamba_cache_mode = CacheMode::Align;
+  c.chunk_metadata = kind == BuilderKind::Gdn;
+  if (kind == BuilderKind::Gdn) {
+    c.prefill_backend = coin(rng) ? PrefillBackend::FlashInfer : PrefillBackend::Triton;
+    const bool exports = c.prefill_backend == PrefillBackend::FlashInfer &&
+                         c.mamba_cache_mode == CacheMode::Align && c.block_size % 64 == 0;
+    c.num_prefill_checkpoint_blocks = exports && coin(rng, 0.7) ? 1 : 0;
+  } else {
+    c.prefill_backend = static_cast<PrefillBackend>(uniform(rng, 0, 2));
+    if (c.prefill_backend != PrefillBackend::FlashKda) c.num_prefill_checkpoint_blocks = 0;
+  }
+}
+
+/// A random configuration for `kind` (seed profile unless `profile` says otherwise).
+inline Config random_config(std::mt19937& rng, BuilderKind kind, Profile profile = Profile::Seed) {
   Config c;
   c.num_spec = pick(rng, {0, 1, 2, 3, 7});
   c.max_num_seqs = pick(rng, {4, 16, 64, 256});
@@ -89,6 +110,7 @@ inline Config random_config(std::mt19937& rng, BuilderKind kind) {
     c.num_prefill_checkpoint_blocks = coin(rng) ? 1 : 0;
   }
   c.num_speculative_blocks = c.use_recoverssm ? 0 : c.num_spec;
+  if (profile == Profile::Vllm034) make_vllm034(rng, kind, c);
   return c;
 }
 
@@ -100,6 +122,7 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
   r.kind = o.kind;
   const int32_t k = config.num_spec;
   const int32_t D = config.decode_cudagraph_max_bs();
+  const bool v034 = config.profile == Profile::Vllm034;
   r.capture = o.allow_capture && config.full_cuda_graph && coin(rng, 0.1) && D >= k + 1;
 
   // Row roles: decodes and spec decodes first (interleaved), then prefills, then padding.
@@ -128,12 +151,13 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
   // Query lengths: fixed ones first, then prefills grow into the token budget.
   std::vector<int32_t> q(static_cast<size_t>(n), 0);
   r.drafts.assign(static_cast<size_t>(n), -1);
+  const bool no_drafts = o.zero_drafts > 0 && coin(rng, o.zero_drafts);
   int32_t fixed = 0;
   for (int32_t i = 0; i < n; ++i) {
     const auto u = static_cast<size_t>(i);
     if (roles[u] == Decode || roles[u] == Prefill) q[u] = 1;
     if (roles[u] == Spec) {
-      r.drafts[u] = uniform(rng, coin(rng, 0.1) ? 0 : std::min(1, k), k);
+      r.drafts[u] = no_drafts ? 0 : uniform(rng, coin(rng, 0.1) ? 0 : std::min(1, k), k);
       q[u] = r.drafts[u] + 1;
     }
     fixed += q[u];
@@ -165,13 +189,18 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
     int32_t computed = uniform(rng, 1, 5000);
     if (role == Prefill && coin(rng)) computed = 0;  // a fresh prompt
     if (role == Decode && coin(rng, 0.05)) computed = 0;
+    // vllm-0.34 checkpoints need prefills that resume on a block boundary.
+    if (v034 && role == Prefill && computed > 0 && coin(rng, 0.4))
+      computed = config.block_size * uniform(rng, 1, 8);
     const int32_t seq = role == Pad ? 0 : computed + q[u];
     r.seq_ub.push_back(seq);
     // Async spec decode: the device seq_len trails the optimistic host bound.
     const int32_t lag = role == Spec && coin(rng, 0.3) ? uniform(rng, 0, q[u] - 1) : 0;
     r.seq_lens.push_back(seq - lag);
     r.accepted.push_back(role == Spec ? uniform(rng, 1, q[u]) : 1);
-    const bool prefilling = role == Prefill || (role == Decode && coin(rng, 0.05));
+    bool prefilling = role == Prefill || (role == Decode && coin(rng, 0.05));
+    // A resumed request recomputing past its prompt: long, yet not prefilling.
+    if (v034 && role == Prefill && computed > 0 && coin(rng, 0.1)) prefilling = false;
     r.is_prefilling.push_back(prefilling ? 1 : 0);
   }
   if (!with_prefilling) r.is_prefilling.clear();

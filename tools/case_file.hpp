@@ -28,9 +28,14 @@ struct Case {
   bool multi_group = false;
   json expected;  ///< expected (single group)
   std::vector<json> expected_groups;
+  /// The reference raised instead ({type, message, where}); expected is then empty.
+  json error;
 };
 
 Case parse_case(const json& j);
+/// The case-file "config" object of a configuration (parse_case's inverse; case files
+/// carry no max_num_batched_tokens, and chunk_metadata follows the builder).
+json config_json(const Config& config);
 std::vector<json> read_jsonl(const std::string& path);
 
 /// Runs a case through the public API on `target` and returns each group's
@@ -45,8 +50,13 @@ struct Mismatch {
   std::string field;
   std::string expected;
   std::string got;
+  /// An expected field linmeta's metadata does not have yet (not a wrong value).
+  bool not_emitted = false;
 };
-/// Every expected field that differs from `got`.
+/// Every expected field that differs from `got`, and every field of `got` absent from
+/// `expected` that is not None (fields of the vllm-0.34 profile are recorded only when
+/// set). flashinfer_prefill_seq_order is compared up to the order of equal lengths,
+/// which vLLM leaves undefined (an unstable sort).
 std::vector<Mismatch> compare(const json& expected, const json& got);
 
 /// Whether a CUDA device is usable here.

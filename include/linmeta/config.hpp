@@ -17,6 +17,16 @@ inline constexpr int32_t kConvBlock = 8;
 inline constexpr int32_t kKdaCheckpointAlign = 16;
 
 enum class CacheMode : int32_t { None, All, Align };
+/// Which reference's rules the builders follow (docs/semantics.md).
+///  Seed:     the seed builders (vLLM's GDN builder as patched for GLM-5.3, the Kimi-K3 KDA
+///            builder); the default.
+///  Vllm034:  upstream vLLM 0.34.0's gdn_attn.py and kimi_k3/nvidia/kda_metadata.py.
+enum class Profile : int32_t { Seed, Vllm034 };
+/// The prefill kernel backend, where it changes the metadata (vllm-0.34 profile only):
+/// GDN: Triton builds FLA chunk metadata, FlashInfer does not and exports prefill
+/// checkpoints; KDA: FlashKda exports prefill checkpoints, FlashInfer gets its own
+/// prefill query_start_loc and sequence order.
+enum class PrefillBackend : int32_t { Triton, FlashInfer, FlashKda };
 enum class BuilderKind : int32_t { Gdn, Kda };
 /// Where the builder runs and where its arrays live.
 enum class Target : int32_t { Host, Cuda };
@@ -36,12 +46,18 @@ struct Config {
   int32_t block_size = 16;
   /// Extra aligned state slots gathered in align mode (= k, or 0 under RecoverSSM).
   int32_t num_speculative_blocks = 0;
-  /// GDN: emit FLA chunk metadata (the triton / flashinfer prefill backends use it).
+  /// GDN, seed profile: emit FLA chunk metadata (the triton / flashinfer prefill backends
+  /// use it). The vllm-0.34 profile derives it from prefill_backend and needs it true.
   bool chunk_metadata = true;
   /// KDA only: RecoverSSM speculative decoding.
   bool use_recoverssm = false;
-  /// KDA only: prefill checkpoints (align mode) when > 0.
+  /// Prefill checkpoints (align mode) when > 0: KDA in both profiles, GDN in vllm-0.34
+  /// (which needs prefill_backend = FlashInfer).
   int32_t num_prefill_checkpoint_blocks = 0;
+  /// Rule set; see Profile.
+  Profile profile = Profile::Seed;
+  /// vllm-0.34 only (the seed profile takes Triton / FlashKda, whose rules it has).
+  PrefillBackend prefill_backend = PrefillBackend::Triton;
 
   /// D: rows (and tokens) the persistent FULL-graph buffers hold.
   [[nodiscard]] int32_t decode_cudagraph_max_bs() const {

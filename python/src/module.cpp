@@ -39,6 +39,34 @@ const char* cache_mode_name(CacheMode m) {
   }
 }
 
+Profile parse_profile(const std::string& s) {
+  if (s == "seed") return Profile::Seed;
+  if (s == "vllm-0.34") return Profile::Vllm034;
+  raise_error("profile = '" + s + "' must be 'seed' or 'vllm-0.34'");
+}
+
+const char* profile_name(Profile p) { return p == Profile::Vllm034 ? "vllm-0.34" : "seed"; }
+
+/// None: what a CUDA engine resolves by default (GDN triton, KDA FlashKDA).
+PrefillBackend parse_prefill_backend(const std::optional<std::string>& s, BuilderKind kind) {
+  if (!s) return kind == BuilderKind::Kda ? PrefillBackend::FlashKda : PrefillBackend::Triton;
+  if (*s == "triton") return PrefillBackend::Triton;
+  if (*s == "flashinfer") return PrefillBackend::FlashInfer;
+  if (*s == "flashkda") return PrefillBackend::FlashKda;
+  raise_error("prefill_backend = '" + *s + "' must be 'triton', 'flashinfer' or 'flashkda'");
+}
+
+const char* prefill_backend_name(PrefillBackend b) {
+  switch (b) {
+    case PrefillBackend::FlashInfer:
+      return "flashinfer";
+    case PrefillBackend::FlashKda:
+      return "flashkda";
+    default:
+      return "triton";
+  }
+}
+
 Target parse_target(const std::string& s) {
   if (s == "host" || s == "cpu") return Target::Host;
   if (s == "cuda") return Target::Cuda;
@@ -276,6 +304,8 @@ nb::dict config_dict(const Config& c) {
   d["chunk_metadata"] = c.chunk_metadata;
   d["use_recoverssm"] = c.use_recoverssm;
   d["num_prefill_checkpoint_blocks"] = c.num_prefill_checkpoint_blocks;
+  d["profile"] = profile_name(c.profile);
+  d["prefill_backend"] = prefill_backend_name(c.prefill_backend);
   return d;
 }
 
@@ -379,7 +409,8 @@ void def_kind(nb::module_& m, nb::class_<PyBuilder>& /*base*/, const char* name,
                  bool full_cuda_graph, std::optional<int32_t> max_cudagraph_capture_size,
                  const std::string& mamba_cache_mode, int32_t block_size,
                  int32_t num_speculative_blocks, bool chunk_metadata, bool use_recoverssm,
-                 int32_t num_prefill_checkpoint_blocks, const std::string& target,
+                 int32_t num_prefill_checkpoint_blocks, const std::string& profile,
+                 const std::optional<std::string>& prefill_backend, const std::string& target,
                  int32_t num_groups, const std::string& array_type, int32_t staging_slots,
                  int32_t capture_slots) {
             Config c;
@@ -394,6 +425,8 @@ void def_kind(nb::module_& m, nb::class_<PyBuilder>& /*base*/, const char* name,
             c.chunk_metadata = chunk_metadata;
             c.use_recoverssm = use_recoverssm;
             c.num_prefill_checkpoint_blocks = num_prefill_checkpoint_blocks;
+            c.profile = parse_profile(profile);
+            c.prefill_backend = parse_prefill_backend(prefill_backend, kind);
             BuilderOptions o;
             o.target = parse_target(target);
             o.num_groups = num_groups;
@@ -414,9 +447,9 @@ void def_kind(nb::module_& m, nb::class_<PyBuilder>& /*base*/, const char* name,
           "max_num_batched_tokens"_a = 8192, "full_cuda_graph"_a = false,
           "max_cudagraph_capture_size"_a = nb::none(), "mamba_cache_mode"_a = "none",
           "block_size"_a = 16, "num_speculative_blocks"_a = 0, "chunk_metadata"_a = true,
-          "use_recoverssm"_a = false, "num_prefill_checkpoint_blocks"_a = 0, "target"_a = "host",
-          "num_groups"_a = 1, "array_type"_a = "dlpack", "staging_slots"_a = 4,
-          "capture_slots"_a = 8);
+          "use_recoverssm"_a = false, "num_prefill_checkpoint_blocks"_a = 0, "profile"_a = "seed",
+          "prefill_backend"_a = nb::none(), "target"_a = "host", "num_groups"_a = 1,
+          "array_type"_a = "dlpack", "staging_slots"_a = 4, "capture_slots"_a = 8);
 }
 
 }  // namespace

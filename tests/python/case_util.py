@@ -41,6 +41,8 @@ def config_kwargs(case):
         chunk_metadata=case["builder"] == "gdn",
         use_recoverssm=cf.get("use_recoverssm", False),
         num_prefill_checkpoint_blocks=cf.get("num_prefill_checkpoint_blocks", 0),
+        profile=cf.get("profile", "seed"),
+        prefill_backend=cf.get("prefill_backend"),
     )
 
 

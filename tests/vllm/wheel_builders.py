@@ -1,0 +1,138 @@
+"""Case config -> vLLM 0.34.0 config objects and builder instances (CPU).
+
+Case config keys: those of ../../tests/data/public.jsonl (see docs/semantics.md, "Case
+files") plus, for ``profile: "vllm-0.34"``, the optional ``prefill_backend``:
+GDN "triton" (default) | "flashinfer"; KDA "flashkda" (default) | "triton" | "flashinfer".
+
+What an engine resolves and the harness sets the same way:
+* the CPU platform resets the cudagraph mode to NONE and may change the capture size:
+  both are restored to the case's values after VllmConfig is built;
+* speculative decoding is ``SpeculativeConfig(method="ngram")`` with k tokens (a drafter
+  with no model; it does not drop EAGLE blocks, so no hash look-ahead);
+* a single-group engine resolves ``hash_block_size`` and ``cache_hit_alignment_tokens``
+  to the scheduler block size, which is the Mamba block size in align mode;
+* the layer's prefill checkpoint alignment: KDA 16 under FlashKDA (vLLM sets
+  ``num_prefill_checkpoint_blocks = 1`` exactly then); GDN the prefix-cache grid (the
+  Mamba block size) under FlashInfer in align mode.
+"""
+
+from __future__ import annotations
+
+import wheel_env
+from vllm.config import (
+    CacheConfig,
+    CompilationConfig,
+    CUDAGraphMode,
+    SchedulerConfig,
+    SpeculativeConfig,
+    VllmConfig,
+)
+from vllm.v1.kv_cache_interface import MambaSpec
+
+PROFILE = "vllm-0.34"
+KDA_FLASHKDA_CHECKPOINT_ALIGNMENT = 16
+# FlashKDA is what "auto" resolves to for Kimi-K3 on SM90/SM10x/SM12x.
+DEFAULT_BACKEND = {"gdn": "triton", "kda": "flashkda"}
+BACKENDS = {"gdn": ("triton", "flashinfer"), "kda": ("triton", "flashinfer", "flashkda")}
+
+
+class UnsupportedConfig(ValueError):
+    """A case config no vLLM 0.34 engine can have."""
+
+
+def prefill_backend(builder: str, config: dict) -> str:
+    backend = config.get("prefill_backend") or DEFAULT_BACKEND[builder]
+    if backend not in BACKENDS[builder]:
+        raise UnsupportedConfig(f"{builder}: prefill_backend {backend!r} not in {BACKENDS[builder]}")
+    return backend
+
+
+def checkpoint_alignment(builder: str, config: dict) -> int | None:
+    """The MambaSpec's prefill_checkpoint_alignment; None when the layer exports none."""
+    blocks = int(config["num_prefill_checkpoint_blocks"])
+    backend = prefill_backend(builder, config)
+    if builder == "kda":
+        exports = backend == "flashkda"
+        alignment = KDA_FLASHKDA_CHECKPOINT_ALIGNMENT
+    else:
+        exports = backend == "flashinfer" and config["mamba_cache_mode"] == "align"
+        alignment = int(config["block_size"])
+    if blocks and not exports:
+        raise UnsupportedConfig(
+            f"{builder}: num_prefill_checkpoint_blocks = {blocks} needs a prefill backend that "
+            "exports checkpoints (kda: flashkda; gdn: flashinfer in align mode)"
+        )
+    return alignment if blocks else None
+
+
+def check_config(builder: str, config: dict) -> None:
+    if config.get("profile") != PROFILE:
+        raise UnsupportedConfig(f"config.profile must be {PROFILE!r}")
+    if config["mamba_cache_mode"] not in ("none", "align"):
+        raise UnsupportedConfig(f"mamba_cache_mode {config['mamba_cache_mode']!r} (0.34: none|align)")
+    if builder == "gdn" and config["use_recoverssm"]:
+        raise UnsupportedConfig("use_recoverssm is a KDA option")
+    checkpoint_alignment(builder, config)
+
+
+def make_vllm_config(builder: str, config: dict) -> VllmConfig:
+    num_spec = int(config["num_spec"])
+    mode = CUDAGraphMode.FULL_AND_PIECEWISE if config["full_cuda_graph"] else CUDAGraphMode.PIECEWISE
+    capture = config["max_cudagraph_capture_size"]
+    backend = prefill_backend(builder, config)
+    additional = {"kda_prefill_backend": backend} if builder == "kda" else {}
+    if builder == "gdn":
+        additional["gdn_prefill_backend"] = backend
+    cache = CacheConfig(
+        mamba_cache_mode=config["mamba_cache_mode"],
+        mamba_block_size=int(config["block_size"]),
+    )
+    vc = VllmConfig(
+        compilation_config=CompilationConfig(cudagraph_mode=mode, max_cudagraph_capture_size=capture),
+        speculative_config=(
+            SpeculativeConfig(method="ngram", num_speculative_tokens=num_spec) if num_spec > 0 else None
+        ),
+        scheduler_config=SchedulerConfig(
+            max_num_seqs=int(config["max_num_seqs"]),
+            max_model_len=1 << 20,
+            is_encoder_decoder=False,
+        ),
+        cache_config=cache,
+        additional_config=additional,
+    )
+    # The CPU platform turns graphs off; the builders must see the engine's settings.
+    vc.compilation_config.cudagraph_mode = mode
+    vc.compilation_config.max_cudagraph_capture_size = capture
+    # init=False fields, set as the engine sets them after construction.
+    vc.cache_config.use_kda_recoverssm = bool(config["use_recoverssm"])
+    block = int(config["block_size"])
+    vc.cache_config.hash_block_size = block
+    vc.cache_config.cache_hit_alignment_tokens = block
+    return vc
+
+
+def make_kv_cache_spec(builder: str, config: dict) -> MambaSpec:
+    return MambaSpec(
+        block_size=int(config["block_size"]),
+        shapes=((1,),),
+        dtypes=(wheel_env.torch.float32,),
+        mamba_cache_mode=config["mamba_cache_mode"],
+        num_speculative_blocks=int(config["num_speculative_blocks"]),
+        num_prefill_checkpoint_blocks=int(config["num_prefill_checkpoint_blocks"]),
+        prefill_checkpoint_alignment=checkpoint_alignment(builder, config),
+    )
+
+
+def make_builder(builder: str, config: dict, group: int = 0):
+    """One builder instance, as the runner makes one per KV-cache group."""
+    check_config(builder, config)
+    cls = {
+        "gdn": wheel_env.GDNAttentionMetadataBuilder,
+        "kda": wheel_env.KimiK3KDAMetadataBuilder,
+    }[builder]
+    wheel_env.set_gdn_prefill_backend(prefill_backend(builder, config) if builder == "gdn" else "triton")
+    layer_names = [f"model.layers.{group}.linear_attn"]
+    b = cls(make_kv_cache_spec(builder, config), layer_names, make_vllm_config(builder, config), wheel_env.DEVICE)
+    if builder == "gdn" and b.gdn_prefill_backend != prefill_backend(builder, config):
+        raise RuntimeError("the GDN prefill backend did not resolve as configured")
+    return b
