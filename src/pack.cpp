@@ -141,7 +141,9 @@ class Packer {
   void masks_and_tokens();
   void cumsums_and_accepted();
   void prefill();
+  void checkpoints();
   void kda_extras();
+  void flashinfer_extras();
   void checkpoint_gather(int32_t cols);
   void finish(std::span<const TableRef> tables, int32_t group_begin);
 
@@ -177,7 +179,9 @@ void Packer::run(PackMode mode, std::span<const TableRef> tables, int32_t group_
     masks_and_tokens();
     cumsums_and_accepted();
     prefill();
+    checkpoints();
     if (kda_) kda_extras();
+    flashinfer_extras();
     // What update_block_table re-gathers from, instead of the caller's seq_lens.
     if (c_.mamba_cache_mode == CacheMode::Align) emit(Out::AlignedStart, false, n, AlignedStarts{});
   }
@@ -292,13 +296,38 @@ void Packer::checkpoint_gather(int32_t cols) {
        CheckpointGather{.rows = ns_rows_, .cols = cols});
 }
 
-void Packer::kda_extras() {
+/// Prefill checkpoints (KDA; GDN in vllm-0.34), over the non-spec rows.
+void Packer::checkpoints() {
+  if (!p_.checkpoint) return;
   const int32_t ns = p_.ns_rows.n;
-  if (p_.checkpoint) {
-    const int32_t offsets = put(p_.cp_offsets.data(), ns);
-    emit(Out::CheckpointOffsets, false, ns, CopyValues{.src = offsets, .n_real = ns, .add = 0});
-    checkpoint_gather(put(p_.cp_cols.data(), ns));
+  const int32_t offsets = put(p_.cp_offsets.data(), ns);
+  emit(Out::CheckpointOffsets, false, ns, CopyValues{.src = offsets, .n_real = ns, .add = 0});
+  checkpoint_gather(put(p_.cp_cols.data(), ns));
+}
+
+/// vllm-0.34 FlashInfer prefill fields (docs/semantics.md R5, K6), int64 as vLLM's.
+void Packer::flashinfer_extras() {
+  if (p_.fi_checkpoint_plan) {
+    const int32_t n = p_.fi_prefill_rows + 1;
+    emit(Out::FlashInferCheckpointCuStarts, false, n,
+         CopyValues{.src = put(p_.fi_cu_starts.data(), n), .n_real = n, .add = 0}, DType::Int64);
+    const int32_t rows = p_.ns_rows.n;
+    emit(Out::FlashInferCheckpointRows, false, rows,
+         CopyValues{.src = put(p_.fi_rows.data(), rows), .n_real = rows, .add = 0}, DType::Int64);
   }
+  if (p_.fi_prefill_qsl) {
+    const int32_t n = p_.ns_qsl.n + 1;
+    emit(Out::FlashInferPrefillQueryStartLoc, false, n,
+         CopyValues{.src = ns_qsl_, .n_real = n, .add = 0}, DType::Int64);
+  }
+  if (p_.fi_seq_order) {
+    const int32_t n = p_.ns_qsl.n;
+    emit(Out::FlashInferPrefillSeqOrder, false, n,
+         CopyValues{.src = put(p_.fi_order.data(), n), .n_real = n, .add = 0});
+  }
+}
+
+void Packer::kda_extras() {
   if (p_.request_indices)
     emit(Out::RecoverSsmRequestIndices, false, p_.sp_rows.n,
          CopyValues{.src = sp_rows_, .n_real = p_.sp_rows.n, .add = 0});
@@ -372,7 +401,9 @@ StepPlan largest_plan(const Config& c, BuilderKind kind) {
   p.has_initial_state = p.conv = p.prefill_fields = p.chunks = true;
   p.peel_rows = 1;
   p.conv_seqs = p.chunk_seqs = p.chunk_nonempty = R;
-  if (kind == BuilderKind::Kda) p.checkpoint = p.request_indices = p.commit_align = true;
+  p.checkpoint = p.fi_checkpoint_plan = p.fi_prefill_qsl = p.fi_seq_order = true;
+  p.fi_prefill_rows = R;
+  if (kind == BuilderKind::Kda) p.request_indices = p.commit_align = true;
   p.spec_state_cols = Capacity::of(c, kind).spec_cols;
   return p;
 }
@@ -417,6 +448,11 @@ Metadata materialize(const StepPlan& p, const StepViews& v, const BufferLayout& 
       m.recoverssm_commit->align = RecoverSsmAlign{raw_table, Array{}, c.block_size};
   }
   if (p.checkpoint) m.checkpoint.emplace();
+  if (p.fi_checkpoint_plan)
+    m.flashinfer_checkpoint_plan = FlashInferCheckpointPlan{
+        p.fi_every_n, p.fi_cu_starts[static_cast<size_t>(p.fi_prefill_rows)], Array{}, Array{}};
+  if (p.spec_token_start >= 0) m.spec_token_start = p.spec_token_start;
+  if (p.non_spec_token_start >= 0) m.non_spec_token_start = p.non_spec_token_start;
   for (const OutputSpec& spec : kOutputs)
     if (Array* a = spec.field(m)) *a = view_of(v[static_cast<size_t>(spec.id)], l, base, g);
   if (m.spec_state_indices_tensor) m.spec_state_indices_tensor.cols = spec_columns(c, p, raw_table);

@@ -272,9 +272,16 @@ json to_json(const Metadata& m, BuilderKind kind) {
       m.uniform_spec_sequence_length ? json(*m.uniform_spec_sequence_length) : json(nullptr);
   // Nested objects as the case format spells them; the table fills their arrays.
   j["conv1d"] = m.conv1d ? conv1d_json(*m.conv1d, t) : json(nullptr);
+  auto optional_int = [](const std::optional<int32_t>& v) { return v ? json(*v) : json(nullptr); };
+  j["checkpoint"] = m.checkpoint ? json::object() : json(nullptr);
+  j["flashinfer_checkpoint_plan"] = nullptr;
+  if (const auto& fi = m.flashinfer_checkpoint_plan)
+    j["flashinfer_checkpoint_plan"] = {{"every_n_tokens", fi->every_n_tokens},
+                                       {"num_checkpoints", fi->num_checkpoints}};
+  j["spec_token_start"] = optional_int(m.spec_token_start);
+  j["non_spec_token_start"] = optional_int(m.non_spec_token_start);
   if (kind == BuilderKind::Kda) {
     j["recoverssm_commit"] = nullptr;
-    j["checkpoint"] = m.checkpoint ? json::object() : json(nullptr);
     if (m.recoverssm_commit) {
       const auto& rc = *m.recoverssm_commit;
       j["recoverssm_commit"] = {

@@ -36,6 +36,15 @@ struct Checkpoint {
   Array state_indices;       ///< int32 [non-spec rows]
 };
 
+/// vllm-0.34, GDN with the FlashInfer prefill backend: where its prefill kernel emits
+/// the checkpoint states (docs/semantics.md R5).
+struct FlashInferCheckpointPlan {
+  int32_t every_n_tokens = 0;
+  int32_t num_checkpoints = 0;
+  Array cu_starts;  ///< int64 [prefill sequences + 1]
+  Array rows;       ///< int64 [checkpoint rows]
+};
+
 /// The counts of a step (SPEC §9).
 struct StepCounts {
   int32_t num_prefills = 0;
@@ -67,9 +76,18 @@ struct Metadata : StepCounts {
   std::optional<int32_t> uniform_spec_sequence_length;
   std::optional<Conv1dMetadata> conv1d;
 
+  /// Prefill checkpoints: KDA (both profiles), GDN (vllm-0.34).
+  std::optional<Checkpoint> checkpoint;
+
   // KDA only.
   std::optional<RecoverSsmCommit> recoverssm_commit;
-  std::optional<Checkpoint> checkpoint;
+
+  // vllm-0.34 profile only (docs/semantics.md R5, K5, K6).
+  std::optional<FlashInferCheckpointPlan> flashinfer_checkpoint_plan;  ///< GDN
+  std::optional<int32_t> spec_token_start;      ///< KDA: first spec token when contiguous
+  std::optional<int32_t> non_spec_token_start;  ///< KDA: first non-spec token when contiguous
+  Array flashinfer_prefill_query_start_loc;     ///< KDA, int64 [non-spec rows + 1]
+  Array flashinfer_prefill_seq_order;           ///< KDA, int32 [non-spec rows]
 
   /// Memory the array views point to.
   Target target = Target::Host;

@@ -39,43 +39,51 @@ enum class Cap : int32_t {
 /// (dotted for nested fields), `dtype` the widest element type the buffer holds, the
 /// accessor the Metadata member (nullptr when its parent is absent). Non-output rows
 /// (internal state the kernel keeps between calls) have an empty accessor path.
-#define LINMETA_OUTPUTS(X)                                                                       \
-  X(HasInitialState, "has_initial_state", Bool, Batch, Rows, None, &m.has_initial_state)         \
-  X(ChunkIndices, "chunk_indices", Int32, Batch, Chunks2, None, &m.chunk_indices)                \
-  X(ChunkOffsets, "chunk_offsets", Int64, Batch, RowsPlus1, None, &m.chunk_offsets)              \
-  X(PrefillQueryStartLoc, "prefill_query_start_loc", Int32, Batch, RowsPlus1, None,              \
-    &m.prefill_query_start_loc)                                                                  \
-  X(PrefillStateIndices, "prefill_state_indices", Int32, Group, View, None,                      \
-    &m.prefill_state_indices)                                                                    \
-  X(PrefillHasInitialState, "prefill_has_initial_state", Bool, Batch, View, None,                \
-    &m.prefill_has_initial_state)                                                                \
-  X(SpecQueryStartLoc, "spec_query_start_loc", Int32, Batch, RowsPlus1, GraphPlus1,              \
-    &m.spec_query_start_loc)                                                                     \
-  X(NonSpecQueryStartLoc, "non_spec_query_start_loc", Int32, Batch, RowsPlus1, GraphPlus1,       \
-    &m.non_spec_query_start_loc)                                                                 \
-  X(SpecStateIndices, "spec_state_indices_tensor", Int32, Group, SpecRows, GraphSpec,            \
-    &m.spec_state_indices_tensor)                                                                \
-  X(NonSpecStateIndices, "non_spec_state_indices_tensor", Int32, Group, Rows, Graph,             \
-    &m.non_spec_state_indices_tensor)                                                            \
-  X(SpecSequenceMasks, "spec_sequence_masks", Bool, Batch, Rows, Graph, &m.spec_sequence_masks)  \
-  X(SpecTokenIndx, "spec_token_indx", Int64, Batch, Tokens, GraphTokens, &m.spec_token_indx)     \
-  X(NonSpecTokenIndx, "non_spec_token_indx", Int64, Batch, Tokens, GraphTokens,                  \
-    &m.non_spec_token_indx)                                                                      \
-  X(NumAcceptedTokens, "num_accepted_tokens", Int32, Batch, Rows, Graph, &m.num_accepted_tokens) \
-  X(BatchPtr, "batch_ptr", Int32, Batch, Conv, None, m.conv1d ? &m.conv1d->batch_ptr : nullptr)  \
-  X(TokenChunkOffsetPtr, "token_chunk_offset_ptr", Int32, Batch, Conv, None,                     \
-    m.conv1d ? &m.conv1d->token_chunk_offset_ptr : nullptr)                                      \
-  X(RecoverSsmRequestIndices, "recoverssm_commit.request_indices", Int32, Batch, Rows, None,     \
-    m.recoverssm_commit ? &m.recoverssm_commit->request_indices : nullptr)                       \
-  X(RecoverSsmNumComputed, "recoverssm_commit.align.num_computed_tokens", Int32, Batch, Rows,    \
-    None,                                                                                        \
-    m.recoverssm_commit&& m.recoverssm_commit->align                                             \
-        ? &m.recoverssm_commit->align->num_computed_tokens                                       \
-        : nullptr)                                                                               \
-  X(CheckpointOffsets, "checkpoint.checkpoint_offsets", Int32, Batch, Rows, None,                \
-    m.checkpoint ? &m.checkpoint->checkpoint_offsets : nullptr)                                  \
-  X(CheckpointStateIndices, "checkpoint.state_indices", Int32, Group, Rows, None,                \
-    m.checkpoint ? &m.checkpoint->state_indices : nullptr)                                       \
+#define LINMETA_OUTPUTS(X)                                                                         \
+  X(HasInitialState, "has_initial_state", Bool, Batch, Rows, None, &m.has_initial_state)           \
+  X(ChunkIndices, "chunk_indices", Int32, Batch, Chunks2, None, &m.chunk_indices)                  \
+  X(ChunkOffsets, "chunk_offsets", Int64, Batch, RowsPlus1, None, &m.chunk_offsets)                \
+  X(PrefillQueryStartLoc, "prefill_query_start_loc", Int32, Batch, RowsPlus1, None,                \
+    &m.prefill_query_start_loc)                                                                    \
+  X(PrefillStateIndices, "prefill_state_indices", Int32, Group, View, None,                        \
+    &m.prefill_state_indices)                                                                      \
+  X(PrefillHasInitialState, "prefill_has_initial_state", Bool, Batch, View, None,                  \
+    &m.prefill_has_initial_state)                                                                  \
+  X(SpecQueryStartLoc, "spec_query_start_loc", Int32, Batch, RowsPlus1, GraphPlus1,                \
+    &m.spec_query_start_loc)                                                                       \
+  X(NonSpecQueryStartLoc, "non_spec_query_start_loc", Int32, Batch, RowsPlus1, GraphPlus1,         \
+    &m.non_spec_query_start_loc)                                                                   \
+  X(SpecStateIndices, "spec_state_indices_tensor", Int32, Group, SpecRows, GraphSpec,              \
+    &m.spec_state_indices_tensor)                                                                  \
+  X(NonSpecStateIndices, "non_spec_state_indices_tensor", Int32, Group, Rows, Graph,               \
+    &m.non_spec_state_indices_tensor)                                                              \
+  X(SpecSequenceMasks, "spec_sequence_masks", Bool, Batch, Rows, Graph, &m.spec_sequence_masks)    \
+  X(SpecTokenIndx, "spec_token_indx", Int64, Batch, Tokens, GraphTokens, &m.spec_token_indx)       \
+  X(NonSpecTokenIndx, "non_spec_token_indx", Int64, Batch, Tokens, GraphTokens,                    \
+    &m.non_spec_token_indx)                                                                        \
+  X(NumAcceptedTokens, "num_accepted_tokens", Int32, Batch, Rows, Graph, &m.num_accepted_tokens)   \
+  X(BatchPtr, "batch_ptr", Int32, Batch, Conv, None, m.conv1d ? &m.conv1d->batch_ptr : nullptr)    \
+  X(TokenChunkOffsetPtr, "token_chunk_offset_ptr", Int32, Batch, Conv, None,                       \
+    m.conv1d ? &m.conv1d->token_chunk_offset_ptr : nullptr)                                        \
+  X(RecoverSsmRequestIndices, "recoverssm_commit.request_indices", Int32, Batch, Rows, None,       \
+    m.recoverssm_commit ? &m.recoverssm_commit->request_indices : nullptr)                         \
+  X(RecoverSsmNumComputed, "recoverssm_commit.align.num_computed_tokens", Int32, Batch, Rows,      \
+    None,                                                                                          \
+    m.recoverssm_commit&& m.recoverssm_commit->align                                               \
+        ? &m.recoverssm_commit->align->num_computed_tokens                                         \
+        : nullptr)                                                                                 \
+  X(CheckpointOffsets, "checkpoint.checkpoint_offsets", Int32, Batch, Rows, None,                  \
+    m.checkpoint ? &m.checkpoint->checkpoint_offsets : nullptr)                                    \
+  X(CheckpointStateIndices, "checkpoint.state_indices", Int32, Group, Rows, None,                  \
+    m.checkpoint ? &m.checkpoint->state_indices : nullptr)                                         \
+  X(FlashInferCheckpointCuStarts, "flashinfer_checkpoint_plan.cu_starts", Int64, Batch, RowsPlus1, \
+    None, m.flashinfer_checkpoint_plan ? &m.flashinfer_checkpoint_plan->cu_starts : nullptr)       \
+  X(FlashInferCheckpointRows, "flashinfer_checkpoint_plan.rows", Int64, Batch, Rows, None,         \
+    m.flashinfer_checkpoint_plan ? &m.flashinfer_checkpoint_plan->rows : nullptr)                  \
+  X(FlashInferPrefillQueryStartLoc, "flashinfer_prefill_query_start_loc", Int64, Batch, RowsPlus1, \
+    None, &m.flashinfer_prefill_query_start_loc)                                                   \
+  X(FlashInferPrefillSeqOrder, "flashinfer_prefill_seq_order", Int32, Batch, Rows, None,           \
+    &m.flashinfer_prefill_seq_order)                                                               \
   X(AlignedStart, "", Int32, Batch, Rows, None, nullptr)
 
 /// Row ids of the output table.

@@ -85,6 +85,15 @@ nb::object PyMetadata::compute(Composite f) {
       cp.state_indices = get(Out::CheckpointStateIndices);
       return nb::cast(std::move(cp));
     }
+    case Composite::FlashInferCheckpointPlan: {
+      if (!m_.flashinfer_checkpoint_plan) return nb::none();
+      PyFlashInferCheckpointPlan plan;
+      plan.every_n_tokens = m_.flashinfer_checkpoint_plan->every_n_tokens;
+      plan.num_checkpoints = m_.flashinfer_checkpoint_plan->num_checkpoints;
+      plan.cu_starts = get(Out::FlashInferCheckpointCuStarts);
+      plan.rows = get(Out::FlashInferCheckpointRows);
+      return nb::cast(std::move(plan));
+    }
     case Composite::Count:
       break;
   }
@@ -117,6 +126,18 @@ void PyMetadata::bind(nb::module_& m) {
       .def_ro("checkpoint_offsets", &PyCheckpoint::checkpoint_offsets)
       .def_ro("state_indices", &PyCheckpoint::state_indices)
       .def("__repr__", [](const PyCheckpoint&) { return std::string("Checkpoint(...)"); });
+
+  nb::class_<PyFlashInferCheckpointPlan>(
+      m, "FlashInferCheckpointPlan",
+      "vllm-0.34 GDN + FlashInfer prefill: where the prefill kernel emits checkpoints.")
+      .def_ro("every_n_tokens", &PyFlashInferCheckpointPlan::every_n_tokens)
+      .def_ro("num_checkpoints", &PyFlashInferCheckpointPlan::num_checkpoints)
+      .def_ro("cu_starts", &PyFlashInferCheckpointPlan::cu_starts, "int64 [prefills + 1]")
+      .def_ro("rows", &PyFlashInferCheckpointPlan::rows, "int64 [checkpoint rows]")
+      .def("__repr__", [](const PyFlashInferCheckpointPlan& p) {
+        return "FlashInferCheckpointPlan(every_n_tokens=" + std::to_string(p.every_n_tokens) +
+               ", num_checkpoints=" + std::to_string(p.num_checkpoints) + ")";
+      });
 
   auto cls = nb::class_<PyMetadata>(
       m, "Metadata",
@@ -165,7 +186,18 @@ void PyMetadata::bind(nb::module_& m) {
           "KDA RecoverSSM commit metadata (RecoverSsmCommit) or None")
       .def_prop_ro(
           "checkpoint", [](PyMetadata& s) { return s.get(Composite::Checkpoint); },
-          "KDA prefill checkpoints (Checkpoint) or None");
+          "Prefill checkpoints (Checkpoint) or None: KDA; GDN in the vllm-0.34 profile")
+      .def_prop_ro(
+          "flashinfer_checkpoint_plan",
+          [](PyMetadata& s) { return s.get(Composite::FlashInferCheckpointPlan); },
+          "vllm-0.34 GDN + FlashInfer: FlashInferCheckpointPlan or None")
+      .def_prop_ro(
+          "spec_token_start", [](const PyMetadata& s) { return s.metadata().spec_token_start; },
+          "vllm-0.34 KDA: first spec token when the spec tokens are contiguous, else None")
+      .def_prop_ro(
+          "non_spec_token_start",
+          [](const PyMetadata& s) { return s.metadata().non_spec_token_start; },
+          "vllm-0.34 KDA: first non-spec token when contiguous, else None");
   cls.def_prop_ro("group", &PyMetadata::group, "The KV-cache group this metadata was built for.")
       .def_prop_ro("num_reqs", &PyMetadata::num_reqs, "Rows of the step (padding rows included).")
       .def_prop_ro(

@@ -31,9 +31,23 @@ struct PyCheckpoint {
   nb::object state_indices;
 };
 
+/// vllm-0.34 GDN + FlashInfer: where the prefill kernel emits checkpoints.
+struct PyFlashInferCheckpointPlan {
+  int32_t every_n_tokens = 0;
+  int32_t num_checkpoints = 0;
+  nb::object cu_starts;
+  nb::object rows;
+};
+
 /// Composite fields built from several table rows (the export cache follows the
 /// output table's rows, linmeta/outputs.hpp, then these).
-enum class Composite : int32_t { NumsDict, RecoverSsmCommit, Checkpoint, Count };
+enum class Composite : int32_t {
+  NumsDict,
+  RecoverSsmCommit,
+  Checkpoint,
+  FlashInferCheckpointPlan,
+  Count
+};
 inline constexpr size_t kCacheSlots = kNumOutputs + static_cast<size_t>(Composite::Count);
 
 class PyMetadata {

@@ -86,13 +86,14 @@ TEST_P(PdlGpu, BuildWaitsForTheProducerOfItsDeviceInputs) {
   EXPECT_GT(compared, steps / 2);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Modes, PdlGpu,
-    ::testing::Combine(::testing::Values(BuilderKind::Gdn, BuilderKind::Kda), ::testing::Bool()),
-    [](const ::testing::TestParamInfo<std::tuple<BuilderKind, bool>>& i) {
-      return std::string(std::get<0>(i.param) == BuilderKind::Gdn ? "Gdn" : "Kda") +
-             (std::get<1>(i.param) ? "_Captured" : "_Eager");
-    });
+INSTANTIATE_TEST_SUITE_P(Modes, PdlGpu,
+                         ::testing::Combine(::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<BuilderKind, bool>>& i) {
+                           return std::string(std::get<0>(i.param) == BuilderKind::Gdn ? "Gdn"
+                                                                                       : "Kda") +
+                                  (std::get<1>(i.param) ? "_Captured" : "_Eager");
+                         });
 
 }  // namespace
 }  // namespace linmeta::gputest
