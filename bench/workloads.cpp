@@ -1,5 +1,7 @@
+#include <iterator>
 #include <map>
 #include <regex>
+#include <sstream>
 
 #include "bench.hpp"
 #include "case_file.hpp"
@@ -55,32 +57,26 @@ void fill_tables(testing::RandomStep& d, int32_t groups) {
 
 const std::vector<std::string>& builtin_names() {
   static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    auto gdn = [&v](const std::string& rest) { v.push_back("gdn/" + rest); };
-    for (const char* b : {"1", "64", "256", "1024"})
-      gdn("decode/B" + std::string(b) + "/none/G1/fullgraph");
-    gdn("decode/B256/none/G1/nograph");
-    gdn("decode/B256/align/G1/fullgraph");
-    gdn("decode/B256/none/G4/fullgraph");
-    for (const char* k : {"1", "3", "7"})
-      for (const char* b : {"1", "64", "256"})
-        gdn("spec-k" + std::string(k) + "/B" + b + "/align/G1/fullgraph");
-    gdn("spec-k3/B256/none/G1/fullgraph");
-    gdn("spec-k3/B256/align/G1/nograph");
-    for (const char* g : {"4", "16", "48"})
-      gdn("spec-k3/B256/align/G" + std::string(g) + "/fullgraph");
-    gdn("spec-k3/B256/align/G4/nograph");
-    v.insert(
-        v.end(),
-        {"gdn/spec-k3+prefill/B36/align/G1/fullgraph", "gdn/spec-k3+prefill/B36/align/G4/fullgraph",
-         "gdn/spec-k3+prefill/B36/none/G1/nograph", "gdn/decode+prefill/B260/none/G1/fullgraph",
-         "gdn/decode+prefill/B260/align/G4/fullgraph", "gdn/prefill/B4/none/G1/nograph",
-         "kda/decode/B256/none/G1/fullgraph", "kda/spec-k3/B256/align/G1/fullgraph",
-         "kda/recoverssm-k3/B256/align/G1/fullgraph", "kda/recoverssm-k3/B256/align/G4/fullgraph",
-         "kda/recoverssm-k3+prefill/B36/align/G1/fullgraph",
-         "kda/recoverssm-k3+prefill/B36/none/G1/nograph",
-         "kda/decode+prefill/B260/align/G4/fullgraph"});
-    return v;
+    std::istringstream in(R"(
+gdn/decode/B1/none/G1/fullgraph gdn/decode/B64/none/G1/fullgraph
+gdn/decode/B256/none/G1/fullgraph gdn/decode/B1024/none/G1/fullgraph
+gdn/decode/B256/none/G1/nograph gdn/decode/B256/align/G1/fullgraph
+gdn/decode/B256/none/G4/fullgraph gdn/spec-k1/B1/align/G1/fullgraph
+gdn/spec-k1/B64/align/G1/fullgraph gdn/spec-k1/B256/align/G1/fullgraph
+gdn/spec-k3/B1/align/G1/fullgraph gdn/spec-k3/B64/align/G1/fullgraph
+gdn/spec-k3/B256/align/G1/fullgraph gdn/spec-k7/B1/align/G1/fullgraph
+gdn/spec-k7/B64/align/G1/fullgraph gdn/spec-k7/B256/align/G1/fullgraph
+gdn/spec-k3/B256/none/G1/fullgraph gdn/spec-k3/B256/align/G1/nograph
+gdn/spec-k3/B256/align/G4/fullgraph gdn/spec-k3/B256/align/G16/fullgraph
+gdn/spec-k3/B256/align/G48/fullgraph gdn/spec-k3/B256/align/G4/nograph
+gdn/spec-k3+prefill/B36/align/G1/fullgraph gdn/spec-k3+prefill/B36/align/G4/fullgraph
+gdn/spec-k3+prefill/B36/none/G1/nograph gdn/decode+prefill/B260/none/G1/fullgraph
+gdn/decode+prefill/B260/align/G4/fullgraph gdn/prefill/B4/none/G1/nograph
+kda/decode/B256/none/G1/fullgraph kda/spec-k3/B256/align/G1/fullgraph
+kda/recoverssm-k3/B256/align/G1/fullgraph kda/recoverssm-k3/B256/align/G4/fullgraph
+kda/recoverssm-k3+prefill/B36/align/G1/fullgraph kda/recoverssm-k3+prefill/B36/none/G1/nograph
+kda/decode+prefill/B260/align/G4/fullgraph)");
+    return std::vector<std::string>(std::istream_iterator<std::string>(in), {});
   }();
   return names;
 }

@@ -8,6 +8,7 @@
 # Stages, one summary line each; exit status 1 if any stage fails:
 #   gpu-tests       BUILD/tests/linmeta_gpu_tests (all GPU tests, full random run)
 #   replay-cuda     BUILD/tools/linmeta-replay check tests/data/public.jsonl --target cuda
+#   engine-loop     BUILD/examples/engine_loop/engine_loop --require-gpu (FULL-graph replay)
 #   memcheck        compute-sanitizer --tool memcheck --leak-check full   } public cases +
 #   racecheck       compute-sanitizer --tool racecheck                    } a reduced random
 #   initcheck       compute-sanitizer --tool initcheck                    } run (see below)
@@ -25,6 +26,7 @@ cd "$(dirname "$0")/.." || exit 2
 build=${1:-build/release}
 tests_bin=$build/tests/linmeta_gpu_tests
 replay_bin=$build/tools/linmeta-replay
+engine_bin=$build/examples/engine_loop/engine_loop
 logdir=${OUT:-}
 [[ -n $logdir ]] || logdir=$(mktemp -d -t linmeta-gpu-check.XXXXXX)
 mkdir -p "$logdir"
@@ -90,6 +92,12 @@ if [[ ! -x $replay_bin ]]; then
   missing replay-cuda "$replay_bin not found: build the target linmeta-replay"
 else
   stage replay-cuda plain "$replay_bin" check tests/data/public.jsonl --target cuda
+fi
+
+if [[ ! -x $engine_bin ]]; then
+  missing engine-loop "$engine_bin not found: build the target engine_loop"
+else
+  stage engine-loop plain "$engine_bin" --require-gpu
 fi
 
 if [[ -z $sanitizer ]]; then
