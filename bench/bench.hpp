@@ -134,6 +134,7 @@ struct Result {
   StepCounts counts;                   ///< what the planner made of the step (group 0)
   Summary total, plan, pack, enqueue;  ///< host microseconds per step
   int64_t upload_bytes = 0, pinned_bytes = 0, buffer_bytes = 0;
+  int32_t param_bytes = 0;        ///< kernel parameter bytes of the launch (cuda target)
   std::optional<GpuFigures> gpu;  ///< absent on the host target
 };
 

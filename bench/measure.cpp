@@ -221,6 +221,7 @@ Result Bench::run(const Workload& w) {
     r.upload_bytes = b.last_upload_bytes();
     r.pinned_bytes = b.pinned_bytes();
     r.buffer_bytes = b.buffer_bytes();
+    r.param_bytes = b.last_launch_param_bytes();
     if (!cuda_) return r;
 
     GpuFigures g;

@@ -146,6 +146,7 @@ Table results_table(std::span<const Result> results, const RunInfo& info) {
                                        {"x floor", "eager"},
                                        {"", "graph"},
                                        {"launch", "/step"},
+                                       {"param", "bytes"},
                                        {"pinned", "KiB"}});
   t.columns.insert(t.columns.end(), {{"upload", "bytes"}, {"device", "KiB"}});
   if (gpu) t.columns.push_back({"vLLM py", "us"});
@@ -169,10 +170,11 @@ Table results_table(std::span<const Result> results, const RunInfo& info) {
           two_modes(g.floor.graph))
         notes.emplace_back("2 modes");
       if (g.gate_timed_out) notes.emplace_back("gate timeout");
-      row.insert(row.end(), {us(g.eager.median), us(g.graph.median),
-                             us(ratio(g.eager.median, g.floor.eager.median)),
-                             us(ratio(g.graph.median, g.floor.graph.median)),
-                             fmt::format("{}", g.nodes.kernels), kib(r.pinned_bytes)});
+      row.insert(
+          row.end(),
+          {us(g.eager.median), us(g.graph.median), us(ratio(g.eager.median, g.floor.eager.median)),
+           us(ratio(g.graph.median, g.floor.graph.median)), fmt::format("{}", g.nodes.kernels),
+           fmt::format("{}", r.param_bytes), kib(r.pinned_bytes)});
     }
     row.insert(row.end(), {fmt::format("{}", r.upload_bytes), kib(r.buffer_bytes)});
     if (gpu)
@@ -317,6 +319,7 @@ std::string to_json(std::span<const Result> results, const RunInfo& info, const 
               {"upload_bytes", r.upload_bytes},
               {"pinned_bytes", r.pinned_bytes},
               {"buffer_bytes", r.buffer_bytes},
+              {"param_bytes", info.cuda_target ? json(r.param_bytes) : json(nullptr)},
               {"vllm_py_us", w.vllm_py_us > 0 ? json(w.vllm_py_us) : json(nullptr)}});
     if (r.gpu) {
       const GpuFigures& g = *r.gpu;

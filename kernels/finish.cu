@@ -21,52 +21,79 @@ struct alignas(16) InlineArena {
 };
 
 // Arena sizes with a kernel each; the launch sends the smallest that fits (the
-// launch's host cost grows with the parameter bytes: ~4.6 us up to ~8 KiB on an
-// H200 VM, ~6.4 us at 11 KiB).
-constexpr int32_t kInlineTiers[] = {256, 512, 1024, 1280, 1536, 2048, 3072, 4096, 5120, 7168};
+// launch's host cost grows with the parameter bytes).
+constexpr int32_t kInlineTiers[] = {64,   128,  192,  256,  384,  512,  768,
+                                    1024, 1536, 2048, 3072, 4096, 6144, 8064};
 constexpr int32_t kNumTiers = sizeof(kInlineTiers) / sizeof(kInlineTiers[0]);
-static_assert(sizeof(FinishParams) + sizeof(int32_t) * kInlineTiers[kNumTiers - 1] <= 32764,
+static_assert(sizeof(LaunchHeader) + sizeof(int32_t) * kInlineTiers[kNumTiers - 1] <= 32764,
               "kernel parameters are limited to 32764 bytes");
 
+/// PDL: the preceding kernel in the stream may still run; wait for it before
+/// reading its outputs (seq_lens, accepted counts, block tables) or writing buffers
+/// it may read. A no-op when the launch was not programmatic.
+__device__ __forceinline__ void wait_on_dependency(const LaunchHeader& h) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (h.wait_on_dependency) asm volatile("griddepcontrol.wait;" ::: "memory");
+#else
+  static_cast<void>(h);
+#endif
+}
+
 __global__ void __launch_bounds__(kFinishThreads)
-    finish_kernel(const __grid_constant__ FinishParams p) {
-  run_block_element(p, p.arena, static_cast<int32_t>(blockIdx.x),
+    finish_kernel(const __grid_constant__ LaunchHeader h) {
+  wait_on_dependency(h);
+  run_block_element(h, h.arena, static_cast<int32_t>(blockIdx.x),
                     static_cast<int32_t>(threadIdx.x));
 }
 
 template <int32_t Words>
 __global__ void __launch_bounds__(kFinishThreads)
-    finish_inline_kernel(const __grid_constant__ FinishParams p,
+    finish_inline_kernel(const __grid_constant__ LaunchHeader h,
                          const __grid_constant__ InlineArena<Words> a) {
-  run_block_element(p, a.words, static_cast<int32_t>(blockIdx.x),
+  wait_on_dependency(h);
+  run_block_element(h, a.words, static_cast<int32_t>(blockIdx.x),
                     static_cast<int32_t>(threadIdx.x));
 }
 
-void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), const LaunchHeader& h, bool pdl, cudaStream_t stream,
+            const char* what, const Args&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(h.num_blocks));
+  config.blockDim = dim3(kFinishThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  if (pdl) {
+    config.attrs = &attr;
+    config.numAttrs = 1;
+  }
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
   if (err != cudaSuccess)
     throw Error(std::string("linmeta: ") + what + " launch failed: " + cudaGetErrorString(err));
 }
 
 template <int32_t Words>
-void launch_tier(const FinishParams& p, const int32_t* arena, int32_t words, cudaStream_t stream) {
+int32_t launch_tier(const LaunchHeader& h, const int32_t* arena, int32_t words, bool pdl,
+                    cudaStream_t stream) {
   InlineArena<Words> a;
   std::memcpy(a.words, arena, sizeof(int32_t) * static_cast<size_t>(words));
   std::memset(a.words + words, 0, sizeof(int32_t) * static_cast<size_t>(Words - words));
-  finish_inline_kernel<Words><<<p.num_blocks, kFinishThreads, 0, stream>>>(p, a);
-  check_launch("finish kernel (inline arena)");
+  launch(finish_inline_kernel<Words>, h, pdl, stream, "finish kernel (inline arena)", h, a);
+  return static_cast<int32_t>(sizeof(LaunchHeader) + sizeof(a));
 }
 
 /// Launches the first tier (from `Tier` on) that holds `words`.
 template <int32_t Tier = 0>
-void launch_smallest_tier(const FinishParams& p, const int32_t* arena, int32_t words,
-                          cudaStream_t stream) {
+int32_t launch_smallest_tier(const LaunchHeader& h, const int32_t* arena, int32_t words, bool pdl,
+                             cudaStream_t stream) {
   if constexpr (Tier == kNumTiers) {
     throw Error("linmeta: internal error: arena too large for the kernel parameters");
-  } else if (words <= kInlineTiers[Tier]) {
-    launch_tier<kInlineTiers[Tier]>(p, arena, words, stream);
   } else {
-    launch_smallest_tier<Tier + 1>(p, arena, words, stream);
+    if (words <= kInlineTiers[Tier])
+      return launch_tier<kInlineTiers[Tier]>(h, arena, words, pdl, stream);
+    return launch_smallest_tier<Tier + 1>(h, arena, words, pdl, stream);
   }
 }
 
@@ -74,16 +101,16 @@ void launch_smallest_tier(const FinishParams& p, const int32_t* arena, int32_t w
 
 int32_t max_inline_arena_words() { return kInlineTiers[kNumTiers - 1]; }
 
-void launch_finish_inline(const FinishParams& p, const int32_t* arena, int32_t words,
-                          cudaStream_t stream) {
-  if (p.num_blocks == 0) return;
-  launch_smallest_tier(p, arena, words, stream);
+int32_t launch_finish_inline(const LaunchHeader& h, const int32_t* arena, int32_t words, bool pdl,
+                             cudaStream_t stream) {
+  if (h.num_blocks == 0) return 0;
+  return launch_smallest_tier(h, arena, words, pdl, stream);
 }
 
-void launch_finish(const FinishParams& p, cudaStream_t stream) {
-  if (p.num_blocks == 0) return;
-  finish_kernel<<<p.num_blocks, kFinishThreads, 0, stream>>>(p);
-  check_launch("finish kernel");
+int32_t launch_finish(const LaunchHeader& h, bool pdl, cudaStream_t stream) {
+  if (h.num_blocks == 0) return 0;
+  launch(finish_kernel, h, pdl, stream, "finish kernel", h);
+  return static_cast<int32_t>(sizeof(LaunchHeader));
 }
 
 }  // namespace linmeta::detail

@@ -1,109 +1,192 @@
-// The finish step of a build: a list of jobs, each filling one output array
-// element by element. The per-element logic lives here, once, and runs on the
-// CPU (host target) and in one kernel launch (cuda target).
+// The finish step of a build: a list of typed jobs, each filling one output array
+// element by element. The per-element logic lives here, once, and runs on the CPU
+// (host target) and in one kernel launch (cuda target).
+//
+// The step arena (int32 words) describes itself: the data arrays the host planned,
+// then the block ranges, the job list and the block-table references. The launch
+// carries only a LaunchHeader (pointers, counts and offsets) besides the arena.
 #pragma once
 
 #include <cstdint>
 
 #include "hd.cuh"
+#include "linmeta/array.hpp"
 
 namespace linmeta::detail {
 
+/// Row list offset meaning "rows 0..n-1" (nothing stored).
+inline constexpr int32_t kIdentity = -1;
+
+// ---- typed job descriptions (arena offsets in int32 words) ---------------------
+
+/// State indices of n_rows rows: row rows[i] of the (aligned) block table, `cols`
+/// columns (0: the group's spec columns); rows past n_real are NULL_BLOCK_ID.
+struct GatherState {
+  int32_t rows, n_real, n_rows, cols;
+};
+/// arena[src + e] + add; past n_real the last value (arena[src + n_real - 1] + add).
+struct CopyValues {
+  int32_t src, n_real, add;
+};
+/// arena[src + e] != 0; false past n_real.
+struct CopyMask {
+  int32_t src, n_real;
+};
+/// Accepted count of row rows[e]; 1 past n_real (source: LaunchHeader::accepted_from).
+struct AcceptedCounts {
+  int32_t rows, n_real;
+};
+/// num_computed(rows[e]) > 0.
+struct InitialState {
+  int32_t rows;
+};
+/// num_computed(e) = seq_lens[e] - query_len(e).
+struct ComputedTokens {};
+/// e.
+struct Arange {};
+/// Token ids of the rows rows[i] in order; cumsum: their cumulative lengths [n_seqs + 1].
+struct TokenPartition {
+  int32_t rows, n_seqs, cumsum;
+};
+/// [count, 2]: (sequence, chunk within it) over the n_nonempty sequences whose chunk
+/// starts are at `starts` (the reference numbers only non-empty sequences).
+struct ChunkIndexPairs {
+  int32_t n_nonempty, starts;
+};
+/// Causal-conv1d programs of the n_seqs sequences (ceil-cumsum at `offsets`):
+/// sequence (or 8-token chunk within it) of program e; PAD_SLOT_ID past the total.
+struct ConvPrograms {
+  int32_t n_seqs, offsets, chunk;
+};
+/// raw_block_table[rows[e], arena[cols + e]], NULL_BLOCK_ID where the column is < 0.
+struct CheckpointGather {
+  int32_t rows, cols;
+};
+/// The aligned start column of row e (kept for update_block_table).
+struct AlignedStarts {};
+
 enum class JobKind : int32_t {
-  GatherState,  ///< i32 [src rows, cols]: aligned block-table gather, NULL past n_real rows;
-                ///< cols == 0: the group's spec columns (count covers the widest)
-  CopyI32,      ///< i32 [count]: arena[src + e] + add; past n_real: arena[src + n_real - 1] + add
-  CopyMask,     ///< bool [count]: arena[src + e] != 0; past n_real: false
-  Accepted,     ///< i32 [count]: accepted count of row rows[e]; past n_real: 1
-  HasInitialState,  ///< bool [count]: num_computed(rows[e]) > 0
-  NumComputed,      ///< i32 [count]: num_computed(e) = seq_lens[e] - ql(e)
-  Arange,           ///< i32 [count]: e
-  TokenPartition,   ///< i32 [count]: token ids of the rows rows[i], in order (cumsum at src2)
-  ChunkIndices,     ///< i32 [count, 2]: (sequence, chunk within it); src2: starts of the
-                    ///< n_real non-empty sequences (the reference numbers only those)
-  ConvBatch,        ///< i32 [count]: sequence of program e; PAD_SLOT_ID past n_real
-  ConvChunk,  ///< i32 [count]: 8-token chunk of program e in its sequence; PAD_SLOT_ID past n_real
-  CheckpointState,  ///< i32 [count]: raw_block_table[rows[e], arena[src2 + e]] or NULL when col < 0
+  GatherState,
+  CopyValues,
+  CopyMask,
+  AcceptedCounts,
+  InitialState,
+  ComputedTokens,
+  Arange,
+  TokenPartition,
+  ChunkIndexPairs,
+  ConvPrograms,
+  CheckpointGather,
+  AlignedStarts,
 };
 
-enum class AcceptedFrom : int32_t { Input, QueryLens, Ones };
+union JobArgs {
+  GatherState gather;
+  CopyValues copy;
+  CopyMask mask;
+  AcceptedCounts accepted;
+  InitialState initial;
+  TokenPartition partition;
+  ChunkIndexPairs chunks;
+  ConvPrograms conv;
+  CheckpointGather checkpoint;
+  int32_t words[4];
+};
 
-/// One output array to fill. Arena offsets are in int32 words; `rows < 0` means
-/// the identity row list.
+/// One output array to fill: `count` elements of type `dtype` at byte `dst` of the
+/// output block (of each group's region when per_group).
 struct Job {
-  JobKind kind = JobKind::Arange;
-  int32_t count = 0;      ///< elements (ChunkIndices: chunks)
-  int32_t n_real = 0;     ///< real rows / elements before the fill
-  int32_t cols = 1;       ///< GatherState: columns per row
-  int32_t rows = -1;      ///< arena offset of the row list, -1 = identity
-  int32_t src = 0;        ///< arena offset of the source array
-  int32_t src2 = 0;       ///< arena offset of a second array (cumsums, columns)
-  int32_t add = 0;        ///< CopyI32: added to every value
-  int32_t per_group = 0;  ///< 1: run once per group, into that group's buffers
-  int32_t pad = 0;
-  int64_t dst = 0;  ///< byte offset of the output in the buffer block
+  JobKind kind;
+  int32_t count;
+  DType dtype;
+  int32_t per_group;
+  int64_t dst;
+  JobArgs args;
 };
+static_assert(sizeof(Job) % 8 == 0 && alignof(Job) == 8);
+inline constexpr int32_t kJobWords = sizeof(Job) / 4;
 
 /// A group's block table as the finish step reads it.
 struct TableRef {
-  const int32_t* data = nullptr;
-  int64_t row_stride = 0;
-  int32_t width = 0;
-  int32_t spec_cols = 1;  ///< columns of a spec state row for this table (SPEC §3)
+  const int32_t* data;
+  int64_t row_stride;
+  int32_t width;
+  int32_t spec_cols;  ///< columns of a spec state row for this table (SPEC §3)
 };
+inline constexpr int32_t kTableWords = sizeof(TableRef) / 4;
 
-inline constexpr int kMaxJobs = 24;
-inline constexpr int kMaxGroups = 64;
+enum class AcceptedFrom : int32_t { Input, QueryLens, Ones };
+
 inline constexpr int kFinishThreads = 256;
 
-/// Everything the finish step reads besides the arena. Passed by value as the
-/// kernel parameter (under 4 KiB).
-struct FinishParams {
-  const int32_t* arena = nullptr;  ///< the step arena in device memory (copy path) or host memory
-  const int32_t* seq_lens = nullptr;  ///< device seq_lens [num_reqs]
-  const int32_t* accepted = nullptr;  ///< device accepted counts [num_reqs] or null
-  char* buffers = nullptr;            ///< base of the builder's output block
-  int64_t group_stride = 0;           ///< bytes between two groups' buffers
-  int32_t qsl = 0;                    ///< arena offset of the host query_start_loc
-  int32_t align = 0;                  ///< cache mode align: gather from the aligned start
-  int32_t block_size = 1;
-  AcceptedFrom accepted_from = AcceptedFrom::Input;
-  int32_t group_begin = 0;
-  int32_t group_count = 1;
-  int32_t num_jobs = 0;
-  int32_t num_blocks = 0;  ///< grid size of the cuda launch
-  Job jobs[kMaxJobs];
-  int32_t job_block_start[kMaxJobs + 1] = {};
-  TableRef tables[kMaxGroups];
+/// The kernel parameters besides the arena (at most 128 bytes).
+struct LaunchHeader {
+  const int32_t* arena;     ///< the step arena in device memory (copy path), else null
+  const int32_t* seq_lens;  ///< device seq_lens [num_reqs]; null when starts are stored
+  const int32_t* accepted;  ///< device accepted counts [num_reqs] or null
+  char* buffers;            ///< base of the builder's output block
+  int64_t group_stride;     ///< bytes between two groups' buffers
+  int64_t starts_dst;       ///< byte offset of stored aligned starts to gather from, or -1
+  int32_t num_jobs;
+  int32_t num_blocks;  ///< grid size of the cuda launch
+  int32_t blocks_at;   ///< arena offset of the block starts [num_jobs + 1]
+  int32_t jobs_at;     ///< arena offset of the jobs (8-byte aligned)
+  int32_t tables_at;   ///< arena offset of the TableRefs of groups [group_begin, +count)
+  int32_t qsl_at;      ///< arena offset of the host query_start_loc
+  int32_t align;       ///< cache mode align: gather from the aligned start
+  int32_t block_size;
+  AcceptedFrom accepted_from;
+  int32_t group_begin;
+  int32_t group_count;
+  int32_t wait_on_dependency;  ///< PDL: wait for the preceding kernel before any access
 };
+static_assert(sizeof(LaunchHeader) <= 128, "the launch header must stay small");
 
-// ---- per-element logic --------------------------------------------------------
+// ---- per-element logic ---------------------------------------------------------
 
 // `a` is the step arena: host memory, device memory, or the kernel's parameter space.
 
-LINMETA_HD inline int32_t query_len(const FinishParams& p, const int32_t* a, int32_t row) {
-  return a[p.qsl + row + 1] - a[p.qsl + row];
+LINMETA_HD inline const Job& job_at(const LaunchHeader& h, const int32_t* a, int32_t j) {
+  return *reinterpret_cast<const Job*>(a + h.jobs_at + j * kJobWords);
 }
 
-LINMETA_HD inline int32_t row_of(const int32_t* a, const Job& j, int32_t i) {
-  return j.rows < 0 ? i : a[j.rows + i];
+LINMETA_HD inline const TableRef& table_of(const LaunchHeader& h, const int32_t* a, int32_t group) {
+  return *reinterpret_cast<const TableRef*>(a + h.tables_at +
+                                            (group - h.group_begin) * kTableWords);
 }
 
-LINMETA_HD inline int32_t num_computed(const FinishParams& p, const int32_t* a, int32_t row) {
-  return p.seq_lens[row] - query_len(p, a, row);
+LINMETA_HD inline int32_t query_len(const LaunchHeader& h, const int32_t* a, int32_t row) {
+  return a[h.qsl_at + row + 1] - a[h.qsl_at + row];
 }
 
-/// SPEC §3: column `col` of row `row` of the (aligned) state table.
-LINMETA_HD inline int32_t gather_state(const FinishParams& p, const TableRef& t, int32_t row,
-                                       int32_t col) {
-  int32_t start = 0;
-  if (p.align) {
-    const int32_t s = p.seq_lens[row] - 1;
-    // Floor division, clamped at 0 (seq_len 0 gives 0).
-    start = s > 0 ? s / p.block_size : 0;
-    // Validation bounds the host upper bound; keep a device seq_len that breaks
-    // the contract inside the row.
-    if (start + col >= t.width) start = t.width - 1 - col;
+LINMETA_HD inline int32_t row_of(const int32_t* a, int32_t rows, int32_t i) {
+  return rows == kIdentity ? i : a[rows + i];
+}
+
+/// seq_lens - query_len, in 64 bits (any device value is defined).
+LINMETA_HD inline int64_t num_computed(const LaunchHeader& h, const int32_t* a, int32_t row) {
+  return static_cast<int64_t>(h.seq_lens[row]) - query_len(h, a, row);
+}
+
+/// SPEC §3: first column of the aligned window, floor((seq_len - 1) / block_size),
+/// 0 for seq_len <= 1; from the stored starts when re-gathering.
+LINMETA_HD inline int32_t aligned_start(const LaunchHeader& h, int32_t row) {
+  if (h.starts_dst >= 0) return reinterpret_cast<const int32_t*>(h.buffers + h.starts_dst)[row];
+  const int64_t s = static_cast<int64_t>(h.seq_lens[row]) - 1;
+  return s > 0 ? static_cast<int32_t>(s / h.block_size) : 0;
+}
+
+/// Column `col` of a `window`-column state row of row `row` (SPEC §3). A device
+/// seq_len beyond the host upper bound (a broken contract) keeps the whole window
+/// inside the row: the window ends at the table's last column.
+LINMETA_HD inline int32_t gather_state(const LaunchHeader& h, const TableRef& t, int32_t row,
+                                       int32_t col, int32_t window) {
+  int64_t start = 0;
+  if (h.align) {
+    start = aligned_start(h, row);
+    const int64_t last = static_cast<int64_t>(t.width) - window;
+    if (start > last) start = last;
+    if (start < 0) start = 0;
   }
   return t.data[row * t.row_stride + start + col];
 }
@@ -121,89 +204,105 @@ LINMETA_HD inline int32_t owner(const int32_t* off, int32_t n, int32_t e) {
   return lo;
 }
 
-LINMETA_HD inline void run_element(const FinishParams& p, const int32_t* a, const Job& j,
-                                   int32_t group, int32_t e) {
-  char* base = p.buffers + j.dst + (j.per_group ? group * p.group_stride : 0);
-  auto* out = reinterpret_cast<int32_t*>(base);
-  auto* out_bool = reinterpret_cast<bool*>(base);
-  switch (j.kind) {
-    case JobKind::GatherState: {
-      const TableRef& t = p.tables[group];
-      const int32_t cols = j.cols > 0 ? j.cols : t.spec_cols;
-      if (e >= j.src * cols) break;
-      const int32_t i = e / cols;
-      out[e] = i < j.n_real ? gather_state(p, t, row_of(a, j, i), e % cols) : 0;
+LINMETA_HD inline void store(char* base, DType t, int64_t e, int64_t v) {
+  switch (t) {
+    case DType::Bool:
+      reinterpret_cast<bool*>(base)[e] = v != 0;
       break;
-    }
-    case JobKind::CopyI32:
-      out[e] = a[j.src + (e < j.n_real ? e : j.n_real - 1)] + j.add;
+    case DType::Int32:
+      reinterpret_cast<int32_t*>(base)[e] = static_cast<int32_t>(v);
       break;
-    case JobKind::CopyMask:
-      out_bool[e] = e < j.n_real && a[j.src + e] != 0;
+    case DType::Int64:
+      reinterpret_cast<int64_t*>(base)[e] = v;
       break;
-    case JobKind::Accepted: {
-      int32_t v = 1;
-      if (e < j.n_real) {
-        const int32_t row = row_of(a, j, e);
-        if (p.accepted_from == AcceptedFrom::Input)
-          v = p.accepted[row];
-        else if (p.accepted_from == AcceptedFrom::QueryLens)
-          v = query_len(p, a, row);
-      }
-      out[e] = v;
-      break;
-    }
-    case JobKind::HasInitialState:
-      out_bool[e] = num_computed(p, a, row_of(a, j, e)) > 0;
-      break;
-    case JobKind::NumComputed:
-      out[e] = num_computed(p, a, e);
-      break;
-    case JobKind::Arange:
-      out[e] = e;
-      break;
-    case JobKind::TokenPartition: {
-      const int32_t i = owner(a + j.src2, j.n_real, e);
-      out[e] = a[p.qsl + row_of(a, j, i)] + (e - a[j.src2 + i]);
-      break;
-    }
-    case JobKind::ChunkIndices: {
-      const int32_t i = owner(a + j.src2, j.n_real, e);
-      out[2 * e] = i;
-      out[2 * e + 1] = e - a[j.src2 + i];
-      break;
-    }
-    case JobKind::ConvBatch:
-    case JobKind::ConvChunk: {
-      const int32_t tot = a[j.src2 + j.n_real];
-      int32_t v = -1;  // PAD_SLOT_ID
-      if (e < tot) {
-        const int32_t i = owner(a + j.src2, j.n_real, e);
-        v = j.kind == JobKind::ConvBatch ? i : e - a[j.src2 + i];
-      }
-      out[e] = v;
-      break;
-    }
-    case JobKind::CheckpointState: {
-      const int32_t col = a[j.src2 + e];
-      const TableRef& t = p.tables[group];
-      out[e] = col >= 0 ? t.data[row_of(a, j, e) * t.row_stride + col] : 0;
-      break;
-    }
   }
 }
 
+LINMETA_HD inline void run_element(const LaunchHeader& h, const int32_t* a, const Job& j,
+                                   int32_t group, int32_t e) {
+  char* base = h.buffers + j.dst + (j.per_group ? group * h.group_stride : 0);
+  const JobArgs& x = j.args;
+  int64_t v = 0;
+  switch (j.kind) {
+    case JobKind::GatherState: {
+      const TableRef& t = table_of(h, a, group);
+      const int32_t cols = x.gather.cols > 0 ? x.gather.cols : t.spec_cols;
+      if (e >= x.gather.n_rows * cols) return;  // a narrower table's spec rows end earlier
+      const int32_t i = e / cols;
+      v = i < x.gather.n_real ? gather_state(h, t, row_of(a, x.gather.rows, i), e % cols, cols)
+                              : 0;  // NULL_BLOCK_ID
+      break;
+    }
+    case JobKind::CopyValues:
+      v = static_cast<int64_t>(a[x.copy.src + (e < x.copy.n_real ? e : x.copy.n_real - 1)]) +
+          x.copy.add;
+      break;
+    case JobKind::CopyMask:
+      v = e < x.mask.n_real && a[x.mask.src + e] != 0;
+      break;
+    case JobKind::AcceptedCounts:
+      v = 1;
+      if (e < x.accepted.n_real) {
+        const int32_t row = row_of(a, x.accepted.rows, e);
+        if (h.accepted_from == AcceptedFrom::Input)
+          v = h.accepted[row];
+        else if (h.accepted_from == AcceptedFrom::QueryLens)
+          v = query_len(h, a, row);
+      }
+      break;
+    case JobKind::InitialState:
+      v = num_computed(h, a, row_of(a, x.initial.rows, e)) > 0;
+      break;
+    case JobKind::ComputedTokens:
+      v = num_computed(h, a, e);  // stored as int32 (wraps like the reference)
+      break;
+    case JobKind::Arange:
+      v = e;
+      break;
+    case JobKind::TokenPartition: {
+      const int32_t i = owner(a + x.partition.cumsum, x.partition.n_seqs, e);
+      v = a[h.qsl_at + row_of(a, x.partition.rows, i)] + (e - a[x.partition.cumsum + i]);
+      break;
+    }
+    case JobKind::ChunkIndexPairs: {
+      const int32_t i = owner(a + x.chunks.starts, x.chunks.n_nonempty, e);
+      store(base, j.dtype, 2 * static_cast<int64_t>(e), i);
+      store(base, j.dtype, 2 * static_cast<int64_t>(e) + 1, e - a[x.chunks.starts + i]);
+      return;
+    }
+    case JobKind::ConvPrograms: {
+      v = -1;  // PAD_SLOT_ID
+      if (e < a[x.conv.offsets + x.conv.n_seqs]) {
+        const int32_t i = owner(a + x.conv.offsets, x.conv.n_seqs, e);
+        v = x.conv.chunk ? e - a[x.conv.offsets + i] : i;
+      }
+      break;
+    }
+    case JobKind::CheckpointGather: {
+      const int32_t col = a[x.checkpoint.cols + e];
+      const TableRef& t = table_of(h, a, group);
+      v = col >= 0 ? t.data[row_of(a, x.checkpoint.rows, e) * t.row_stride + col] : 0;
+      break;
+    }
+    case JobKind::AlignedStarts:
+      v = aligned_start(h, e);
+      break;
+  }
+  store(base, j.dtype, e, v);
+}
+
 /// Block `b` of a launch: the job whose block range holds b, one element per thread.
-LINMETA_HD inline void run_block_element(const FinishParams& p, const int32_t* a, int32_t b,
+LINMETA_HD inline void run_block_element(const LaunchHeader& h, const int32_t* a, int32_t b,
                                          int32_t thread) {
+  const int32_t* starts = a + h.blocks_at;
   int32_t j = 0;
-  while (j + 1 < p.num_jobs && p.job_block_start[j + 1] <= b) ++j;
-  const Job& job = p.jobs[j];
+  while (j + 1 < h.num_jobs && starts[j + 1] <= b) ++j;
+  const Job& job = job_at(h, a, j);
   const int32_t per_group = (job.count + kFinishThreads - 1) / kFinishThreads;
-  const int32_t local = b - p.job_block_start[j];
-  const int32_t group = job.per_group ? p.group_begin + local / per_group : 0;
+  const int32_t local = b - starts[j];
+  const int32_t group = job.per_group ? h.group_begin + local / per_group : 0;
   const int32_t e = (local % per_group) * kFinishThreads + thread;
-  if (e < job.count) run_element(p, a, job, group, e);
+  if (e < job.count) run_element(h, a, job, group, e);
 }
 
 }  // namespace linmeta::detail

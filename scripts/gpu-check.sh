@@ -7,6 +7,8 @@
 #
 # Stages, one summary line each; exit status 1 if any stage fails:
 #   gpu-tests       BUILD/tests/linmeta_gpu_tests (all GPU tests, full random run)
+#   soak            the random cuda-vs-host test with LINMETA_SOAK_STEPS steps per builder
+#                   (default 60000: 1.2e5 steps; G 1-48, capture and eager, PDL on and off)
 #   replay-cuda     BUILD/tools/linmeta-replay check tests/data/public.jsonl --target cuda
 #   engine-loop     BUILD/examples/engine_loop/engine_loop --require-gpu (FULL-graph replay)
 #   memcheck        compute-sanitizer --tool memcheck --leak-check full   } public cases +
@@ -17,6 +19,7 @@
 # Environment:
 #   OUT                          logs go to $OUT/gpu-check-*.log (else a temporary folder)
 #   LINMETA_SANITIZER_STEPS      random steps per builder kind under the sanitizers (2000)
+#   LINMETA_SOAK_STEPS           random steps per builder kind of the soak stage (60000)
 #   LINMETA_SANITIZER_FILTER     gtest filter of the sanitizer stages
 #   LINMETA_GPU_TEST_ARGS        extra arguments of the gpu-tests stage (e.g. a --gtest_filter)
 #   COMPUTE_SANITIZER            path of compute-sanitizer (else PATH, then /usr/local/cuda)
@@ -32,7 +35,8 @@ logdir=${OUT:-}
 mkdir -p "$logdir"
 export LINMETA_TEST_DATA=$PWD/tests/data
 san_steps=${LINMETA_SANITIZER_STEPS:-2000}
-san_filter=${LINMETA_SANITIZER_FILTER:-'Public/*:Kinds/RandomEquivalenceGpu.*'}
+san_filter=${LINMETA_SANITIZER_FILTER:-'Public/*:Kinds/RandomEquivalenceGpu.*:Kinds/AdversarialDeviceInputsGpu.*:Modes/PdlGpu.*'}
+soak_steps=${LINMETA_SOAK_STEPS:-60000}
 read -r -a gpu_test_args <<<"${LINMETA_GPU_TEST_ARGS:-}"
 
 sanitizer=${COMPUTE_SANITIZER:-}
@@ -86,6 +90,11 @@ if [[ ! -x $tests_bin ]]; then
   missing gpu-tests "$tests_bin not found: build the target linmeta_gpu_tests"
 else
   stage gpu-tests gtest "$tests_bin" --gtest_color=no "${gpu_test_args[@]}"
+fi
+
+if [[ -x $tests_bin ]]; then
+  LINMETA_RANDOM_STEPS=$soak_steps stage soak gtest "$tests_bin" --gtest_color=no \
+    '--gtest_filter=Kinds/RandomEquivalenceGpu.*'
 fi
 
 if [[ ! -x $replay_bin ]]; then

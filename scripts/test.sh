@@ -21,7 +21,8 @@ ctest --preset release
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer (host tests)"
 cmake --preset asan
-cmake --build --preset asan --target linmeta_tests linmeta-replay linmeta_fatbin_check engine_loop
+cmake --build --preset asan --target linmeta_tests linmeta-replay linmeta-bench linmeta_fatbin_check \
+  engine_loop
 ctest --preset asan
 
 echo "== replay tool over the case files"

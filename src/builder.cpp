@@ -24,13 +24,13 @@ class MetadataBuilder::Impl {
   Impl(BuilderKind kind, const Config& config, const BuilderOptions& options)
       : kind_(kind), config_(config), options_(options) {
     validate_config(config, kind);
-    if (options.num_groups < 1 || options.num_groups > kMaxGroups)
-      throw Error(fmt::format("linmeta: options.num_groups = {} must be in [1, {}]",
-                              options.num_groups, kMaxGroups));
+    if (options.num_groups < 1)
+      throw Error(
+          fmt::format("linmeta: options.num_groups = {} must be at least 1", options.num_groups));
     layout_ =
         BufferLayout::of(Capacity::of(config, kind), config.full_cuda_graph, options.num_groups);
     for (auto& p : plans_) reserve_plan(p, config);
-    const int32_t words = arena_capacity_words(config);
+    const int32_t words = arena_capacity_words(config, kind, options.num_groups);
     executor_ = options.target == Target::Cuda
                     ? make_cuda_executor(layout_.total_bytes(), words, options)
                     : make_host_executor(layout_.total_bytes(), words);
@@ -50,21 +50,24 @@ class MetadataBuilder::Impl {
     plan_step(config_, kind_, step, capture, tables, plan);  // throws before any write
     const auto t1 = Clock::now();
 
-    int32_t* arena = executor_->acquire_arena(stream);
-    pack_step(plan, config_, kind_, layout_, G, arena, packed_);
-    FinishParams& fp = packed_.params;
-    fp.seq_lens = step.seq_lens;
-    fp.accepted = step.num_accepted_tokens;
-    fp.buffers = executor_->buffers();
     for (int32_t g = 0; g < G; ++g) {
       const BlockTable& t = tables[static_cast<size_t>(g)];
-      fp.tables[g] = TableRef{t.data, t.row_stride, t.width, spec_columns(config_, plan, t)};
-      tables_[static_cast<size_t>(g)] = t;
-      out_[static_cast<size_t>(g)] = materialize(plan, packed_.views, layout_, executor_->buffers(),
-                                                 g, options_.target, t, config_);
+      tables_[static_cast<size_t>(g)] =
+          TableRef{t.data, t.row_stride, t.width, spec_columns(config_, plan, t)};
     }
+    pack_step(plan, config_, kind_, layout_, tables_, 0, PackMode::Build, executor_->arena(),
+              packed_);
+    LaunchHeader& h = packed_.header;
+    h.seq_lens = step.seq_lens;
+    h.accepted = step.num_accepted_tokens;
+    h.starts_dst = -1;
+    h.wait_on_dependency = options_.programmatic_dependent_launch ? 1 : 0;
+    for (int32_t g = 0; g < G; ++g)
+      out_[static_cast<size_t>(g)] =
+          materialize(plan, packed_.views, layout_, executor_->buffers(), g, options_.target,
+                      tables[static_cast<size_t>(g)], config_);
     const auto t2 = Clock::now();
-    executor_->submit(fp, packed_.arena_words, stream);
+    executor_->submit(h, packed_.arena_words, stream);
     const auto t3 = Clock::now();
 
     current_ = 1 - current_;
@@ -91,16 +94,23 @@ class MetadataBuilder::Impl {
     validate_tables(one);
     check_table_widths(one, plan.width);
 
-    FinishParams fp = packed_.params;
-    keep_gathers_only(fp);
-    fp.group_begin = group;
-    fp.group_count = 1;
-    fp.tables[group] =
-        TableRef{table.data, table.row_stride, table.width, spec_columns(config_, plan, table)};
-    assign_blocks(fp);
-    executor_->rerun(fp, stream);
+    // Only the block-table gathers, from the aligned starts the build stored: the
+    // caller's seq_lens of that step are not read again.
+    const std::array<TableRef, 1> ref{
+        TableRef{table.data, table.row_stride, table.width, spec_columns(config_, plan, table)}};
+    PackedStep& u = update_;
+    pack_step(plan, config_, kind_, layout_, ref, group, PackMode::GathersOnly, executor_->arena(),
+              u);
+    u.header.seq_lens = nullptr;
+    u.header.accepted = nullptr;
+    u.header.starts_dst = config_.mamba_cache_mode == CacheMode::Align
+                              ? layout_.dst(Buf{Out::AlignedStart, false})
+                              : -1;
+    u.header.wait_on_dependency = options_.programmatic_dependent_launch ? 1 : 0;
+    executor_->submit(u.header, u.arena_words, stream);
+    last_upload_bytes_ = static_cast<int64_t>(u.arena_words) * 4;
 
-    const Metadata fresh = materialize(plan, packed_.views, layout_, executor_->buffers(), group,
+    const Metadata fresh = materialize(plan, u.views, layout_, executor_->buffers(), group,
                                        options_.target, table, config_);
     Metadata out = m;
     out.spec_state_indices_tensor = fresh.spec_state_indices_tensor;
@@ -122,9 +132,10 @@ class MetadataBuilder::Impl {
   int32_t current_ = 0;  ///< plans_[current_] is the last built step
   bool built_ = false;
   PackedStep packed_;
+  PackedStep update_;
   std::unique_ptr<Executor> executor_;
   std::vector<Metadata> out_;
-  std::vector<BlockTable> tables_;
+  std::vector<TableRef> tables_;
   BuildTiming timing_;
   int64_t last_upload_bytes_ = 0;
 };
@@ -161,6 +172,9 @@ Target MetadataBuilder::target() const { return impl_->options_.target; }
 int32_t MetadataBuilder::num_groups() const { return impl_->options_.num_groups; }
 const BuildTiming& MetadataBuilder::last_timing() const { return impl_->timing_; }
 int64_t MetadataBuilder::last_upload_bytes() const { return impl_->last_upload_bytes_; }
+int32_t MetadataBuilder::last_launch_param_bytes() const {
+  return impl_->executor_->last_param_bytes();
+}
 int64_t MetadataBuilder::pinned_bytes() const { return impl_->executor_->pinned_bytes(); }
 int64_t MetadataBuilder::buffer_bytes() const { return impl_->executor_->buffer_bytes(); }
 

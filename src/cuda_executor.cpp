@@ -19,10 +19,11 @@ namespace {
 class CudaExecutor final : public Executor {
  public:
   CudaExecutor(int64_t buffer_bytes, int32_t arena_words, const BuilderOptions& o)
-      : scratch_(static_cast<size_t>(arena_words)),
+      : scratch_(static_cast<size_t>(arena_words) / 2 + 1),
         slot_bytes_((static_cast<size_t>(arena_words) * sizeof(int32_t) + 255) / 256 * 256),
         buffer_bytes_(buffer_bytes),
-        capture_slots_(o.capture_slots) {
+        capture_slots_(o.capture_slots),
+        pdl_(o.programmatic_dependent_launch) {
     if (o.staging_slots < 1) throw Error("linmeta: options.staging_slots must be at least 1");
     if (o.capture_slots < 0) throw Error("linmeta: options.capture_slots must be >= 0");
     // Staging exists only when some step can outgrow the kernel parameters.
@@ -50,30 +51,20 @@ class CudaExecutor final : public Executor {
   }
   ~CudaExecutor() override { release(); }
 
-  int32_t* acquire_arena(Stream) override { return scratch_.data(); }
+  ArenaSpan arena() override { return {scratch(), static_cast<int32_t>(scratch_.size() * 2)}; }
 
-  void submit(FinishParams& params, int32_t words, Stream stream) override {
-    words_ = words;
-    inline_ = words <= max_inline_arena_words();
-    if (!inline_) upload(words, stream);
-    rerun_unchecked(params, stream);
+  void submit(LaunchHeader& h, int32_t words, Stream stream) override {
+    h.buffers = buffers_;
+    if (words <= max_inline_arena_words()) {
+      h.arena = nullptr;
+      param_bytes_ = launch_finish_inline(h, scratch(), words, pdl_, stream);
+    } else {
+      upload(words, stream);
+      h.arena = arena_;
+      param_bytes_ = launch_finish(h, pdl_, stream);
+    }
   }
 
-  void rerun(FinishParams& params, Stream stream) override {
-    // The copy path reads the device arena as the last build left it in stream
-    // order: a captured build's copy happens only at replay.
-    if (!inline_ && capturing(stream) != captured_)
-      throw Error(
-          "linmeta: update_block_table must be captured together with the build it "
-          "updates (or both run eagerly)");
-    rerun_unchecked(params, stream);
-  }
-
-  [[nodiscard]] bool capturing(Stream stream) const override {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    cuda_check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
-    return status == cudaStreamCaptureStatusActive;
-  }
   [[nodiscard]] char* buffers() const override { return buffers_; }
   [[nodiscard]] int64_t pinned_bytes() const override {
     return pinned_ == nullptr
@@ -84,24 +75,22 @@ class CudaExecutor final : public Executor {
   [[nodiscard]] int64_t buffer_bytes() const override {
     return buffer_bytes_ + (arena_ == nullptr ? 0 : static_cast<int64_t>(slot_bytes_));
   }
+  [[nodiscard]] int32_t last_param_bytes() const override { return param_bytes_; }
 
  private:
-  void rerun_unchecked(FinishParams& params, Stream stream) {
-    params.buffers = buffers_;
-    if (inline_) {
-      params.arena = nullptr;
-      launch_finish_inline(params, scratch_.data(), words_, stream);
-    } else {
-      params.arena = arena_;
-      launch_finish(params, stream);
-    }
+  int32_t* scratch() { return reinterpret_cast<int32_t*>(scratch_.data()); }
+
+  [[nodiscard]] bool capturing(Stream stream) const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cuda_check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+    return status == cudaStreamCaptureStatusActive;
   }
 
   /// Copies the scratch arena through a pinned slot into the device arena.
   void upload(int32_t words, Stream stream) {
-    captured_ = capturing(stream);
+    const bool captured = capturing(stream);
     int32_t slot = 0;
-    if (captured_) {
+    if (captured) {
       if (captured_count_ == capture_slots_)
         throw Error("linmeta: all " + std::to_string(capture_slots_) +
                     " capture slots are taken (BuilderOptions::capture_slots)");
@@ -115,11 +104,11 @@ class CudaExecutor final : public Executor {
     }
     auto* dst = reinterpret_cast<int32_t*>(static_cast<char*>(pinned_) +
                                            slot_bytes_ * static_cast<size_t>(slot));
-    std::copy(scratch_.begin(), scratch_.begin() + words, dst);
+    std::copy(scratch(), scratch() + words, dst);
     cuda_check(cudaMemcpyAsync(arena_, dst, sizeof(int32_t) * static_cast<size_t>(words),
                                cudaMemcpyHostToDevice, stream),
                "cudaMemcpyAsync(step arena)");
-    if (!captured_)
+    if (!captured)
       cuda_check(cudaEventRecord(ring_[static_cast<size_t>(slot)], stream), "cudaEventRecord");
   }
 
@@ -134,19 +123,18 @@ class CudaExecutor final : public Executor {
     buffers_ = nullptr;
   }
 
-  std::vector<int32_t> scratch_;  ///< the packed arena of the last build (host)
+  std::vector<int64_t> scratch_;  ///< the packed arena of the last build (host, 8-byte aligned)
   size_t slot_bytes_;
   int64_t buffer_bytes_;
   int32_t capture_slots_;
+  bool pdl_;
   std::vector<cudaEvent_t> ring_;
   char* buffers_ = nullptr;
   int32_t* arena_ = nullptr;
   void* pinned_ = nullptr;
   int32_t next_ = 0;
   int32_t captured_count_ = 0;
-  int32_t words_ = 0;
-  bool inline_ = true;
-  bool captured_ = false;
+  int32_t param_bytes_ = 0;
 };
 
 }  // namespace

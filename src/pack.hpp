@@ -1,8 +1,11 @@
-// Packing a StepPlan: the step arena (uploaded once), the finish jobs, and where
-// each output lives. The FULL-graph staging rules (SPEC §7 D, §8) are decided here.
+// Packing a StepPlan into the step arena: the data arrays the finish jobs read, the
+// typed job list, the block ranges and the block-table references, plus where each
+// output lives. The FULL-graph staging rules (SPEC §7 D, §8) are applied here.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <span>
 
 #include "../kernels/finish_job.cuh"
 #include "buffer_layout.hpp"
@@ -11,44 +14,50 @@
 
 namespace linmeta::detail {
 
-/// Where one output array lives: buffer, first element, shape.
+/// Where one output array lives: buffer, first element, shape, element type.
 struct FieldView {
-  Buf buf = Buf::Count;
-  int64_t offset = 0;  ///< elements into the buffer
+  Buf buf;
+  int64_t offset = 0;  ///< rows into the buffer
   int64_t rows = 0;
   int32_t cols = 1;
   int32_t ndim = 1;
+  DType dtype = DType::Int32;
   bool present = false;
 };
 
-struct StepViews {
-  FieldView has_initial_state, chunk_indices, chunk_offsets, prefill_qsl, prefill_state,
-      prefill_has_initial_state, spec_qsl, ns_qsl, spec_state, ns_state, masks, spec_tok, ns_tok,
-      accepted, conv_batch, conv_chunk, cp_offsets, cp_state, request_indices, num_computed;
-};
+using StepViews = std::array<FieldView, kNumOutputs>;
 
+/// What a pack produces for a launch: the header (offsets and counts; the target sets
+/// the pointers) and the views of every output.
 struct PackedStep {
   int32_t arena_words = 0;
-  FinishParams params;  ///< jobs and arena offsets; pointers are set by the target
-  StepViews views;
+  LaunchHeader header{};
+  StepViews views{};
+};
+
+/// A whole build, or only the block-table gathers of the last plan (update_block_table).
+enum class PackMode : int32_t { Build, GathersOnly };
+
+/// Host memory to pack into; `data == nullptr` counts words without writing.
+struct ArenaSpan {
+  int32_t* data = nullptr;
+  int32_t capacity = 0;  ///< words
 };
 
 /// Columns of a spec state row gathered from `table` (SPEC §3).
 [[nodiscard]] int32_t spec_columns(const Config& config, const StepPlan& plan,
                                    const BlockTable& table);
 
-/// Upper bound of the arena size in int32 words.
-[[nodiscard]] int32_t arena_capacity_words(const Config& config);
+/// Arena words the largest step can need: the packer run in count mode over a plan
+/// with every array at its capacity.
+[[nodiscard]] int32_t arena_capacity_words(const Config& config, BuilderKind kind,
+                                           int32_t num_groups);
 
-/// Writes the arena into `arena` and fills `out` (jobs for `num_groups` groups).
+/// Packs `plan` for the groups [group_begin, group_begin + tables.size()). Checks every
+/// write against the arena's capacity and every job against its buffer's.
 void pack_step(const StepPlan& plan, const Config& config, BuilderKind kind,
-               const BufferLayout& layout, int32_t num_groups, int32_t* arena, PackedStep& out);
-
-/// Lays the grid out: block ranges of the jobs for groups [group_begin, +group_count).
-void assign_blocks(FinishParams& params);
-
-/// Keeps only the block-table gathers of `params` (update_block_table).
-void keep_gathers_only(FinishParams& params);
+               const BufferLayout& layout, std::span<const TableRef> tables, int32_t group_begin,
+               PackMode mode, ArenaSpan arena, PackedStep& out);
 
 /// The Metadata of group `group`: views into `base` (the output block).
 Metadata materialize(const StepPlan& plan, const StepViews& views, const BufferLayout& layout,

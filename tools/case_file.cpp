@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -145,37 +146,38 @@ class Inputs {
   std::vector<void*> owned_;
 };
 
-// bool arrays are read as bytes (std::vector<bool> has no data()).
-template <class T>
-using Elem = std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>;
-
-template <class T>
-std::vector<Elem<T>> read(const Array<T>& a, Target t) {
-  std::vector<Elem<T>> v(static_cast<size_t>(a.size()));
-  if (v.empty()) return v;
-  const auto* src = reinterpret_cast<const Elem<T>*>(a.data);
-  if (t == Target::Cuda)
-    cuda_check(cudaMemcpy(v.data(), src, v.size() * sizeof(T), cudaMemcpyDeviceToHost),
-               "cudaMemcpy");
-  else
-    std::copy(src, src + v.size(), v.begin());
+/// Elements of `a` as int64, copied from target memory.
+std::vector<int64_t> read(const Array& a, Target t) {
+  std::vector<int64_t> raw(static_cast<size_t>(a.size()) + 1);  // bytes <= 8 per element
+  if (a.size() > 0) {
+    if (t == Target::Cuda)
+      cuda_check(
+          cudaMemcpy(raw.data(), a.data, static_cast<size_t>(a.bytes()), cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    else
+      std::memcpy(raw.data(), a.data, static_cast<size_t>(a.bytes()));
+  }
+  Array host = a;
+  host.data = raw.data();
+  std::vector<int64_t> v(static_cast<size_t>(a.size()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = host.at(static_cast<int64_t>(i));
   return v;
 }
 
-template <class T>
-json array_json(const Array<T>& a, Target t) {
+json element(const Array& a, int64_t v) { return a.dtype == DType::Bool ? json(v != 0) : json(v); }
+
+json array_json(const Array& a, Target t) {
   if (!a.present) return nullptr;
   const auto v = read(a, t);
+  json out = json::array();
   if (a.ndim == 1) {
-    json out = json::array();
-    for (const auto& x : v) out.push_back(static_cast<T>(x));
+    for (const int64_t x : v) out.push_back(element(a, x));
     return out;
   }
-  json out = json::array();
   for (int64_t r = 0; r < a.rows; ++r) {
     json row = json::array();
     for (int32_t c = 0; c < a.cols; ++c)
-      row.push_back(static_cast<T>(v[static_cast<size_t>(r * a.cols + c)]));
+      row.push_back(element(a, v[static_cast<size_t>(r * a.cols + c)]));
     out.push_back(row);
   }
   return out;
@@ -342,24 +344,10 @@ json to_json(const Metadata& m, BuilderKind kind) {
   j["num_spec_decodes"] = m.num_spec_decodes;
   j["num_spec_decode_tokens"] = m.num_spec_decode_tokens;
   j["num_actual_tokens"] = m.num_actual_tokens;
-  j["has_initial_state"] = array_json(m.has_initial_state, t);
-  j["chunk_indices"] = array_json(m.chunk_indices, t);
-  j["chunk_offsets"] = array_json(m.chunk_offsets, t);
-  j["prefill_query_start_loc"] = array_json(m.prefill_query_start_loc, t);
-  j["prefill_state_indices"] = array_json(m.prefill_state_indices, t);
-  j["prefill_has_initial_state"] = array_json(m.prefill_has_initial_state, t);
-  j["spec_query_start_loc"] = array_json(m.spec_query_start_loc, t);
-  j["non_spec_query_start_loc"] = array_json(m.non_spec_query_start_loc, t);
-  j["spec_state_indices_tensor"] = array_json(m.spec_state_indices_tensor, t);
-  j["non_spec_state_indices_tensor"] = array_json(m.non_spec_state_indices_tensor, t);
-  j["spec_sequence_masks"] = array_json(m.spec_sequence_masks, t);
-  j["spec_token_indx"] = array_json(m.spec_token_indx, t);
-  j["non_spec_token_indx"] = array_json(m.non_spec_token_indx, t);
-  j["num_accepted_tokens"] = array_json(m.num_accepted_tokens, t);
   j["uniform_spec_sequence_length"] =
       m.uniform_spec_sequence_length ? json(*m.uniform_spec_sequence_length) : json(nullptr);
-  // vLLM's causal-conv1d metadata: the full (padded) arrays plus nums_dict[8], whose
-  // mlist / offsetlist are their first `tot` entries.
+  // vLLM's causal-conv1d metadata: nums_dict[8], whose mlist / offsetlist are the first `tot`
+  // entries of batch_ptr / token_chunk_offset_ptr (the whole padded arrays: the table, below).
   j["nums_dict"] = j["batch_ptr"] = j["token_chunk_offset_ptr"] = nullptr;
   if (m.conv1d) {
     const auto& cv = *m.conv1d;
@@ -373,28 +361,23 @@ json to_json(const Metadata& m, BuilderKind kind) {
                         {"mlist", head(bp)},
                         {"mlist_len", cv.tot},
                         {"offsetlist", head(off)}}}};
-    j["batch_ptr"] = bp;
-    j["token_chunk_offset_ptr"] = off;
   }
   if (kind == BuilderKind::Kda) {
+    j["recoverssm_commit"] = nullptr;
+    j["checkpoint"] = m.checkpoint ? json::object() : json(nullptr);
     if (m.recoverssm_commit) {
       const auto& rc = *m.recoverssm_commit;
-      json align = nullptr;
-      if (rc.align)
-        align = {{"num_computed_tokens", array_json(rc.align->num_computed_tokens, t)},
-                 {"block_size", rc.align->block_size}};
-      j["recoverssm_commit"] = {{"state_indices", array_json(rc.state_indices, t)},
-                                {"query_start_loc", array_json(rc.query_start_loc, t)},
-                                {"request_indices", array_json(rc.request_indices, t)},
-                                {"align", align}};
-    } else {
-      j["recoverssm_commit"] = nullptr;
+      j["recoverssm_commit"] = {
+          {"state_indices", array_json(rc.state_indices, t)},
+          {"query_start_loc", array_json(rc.query_start_loc, t)},
+          {"align", rc.align ? json{{"block_size", rc.align->block_size}} : json(nullptr)}};
     }
-    j["checkpoint"] =
-        m.checkpoint ? json{{"checkpoint_offsets", array_json(m.checkpoint->checkpoint_offsets, t)},
-                            {"state_indices", array_json(m.checkpoint->state_indices, t)}}
-                     : json(nullptr);
   }
+  for_each_array(m, [&](const OutputSpec& spec, const Array& a) {
+    std::string path = std::string("/") + spec.name;
+    std::replace(path.begin(), path.end(), '.', '/');
+    j[json::json_pointer(path)] = array_json(a, t);
+  });
   return j;
 }
 

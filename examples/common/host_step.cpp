@@ -33,7 +33,7 @@ int main() {
 
   const linmeta::Metadata& md = builder.build(step);
   const auto& s = md.spec_state_indices_tensor;  // [3, 1 + num_speculative_blocks]
-  const auto* slots = static_cast<const int32_t*>(static_cast<const void*>(s.data));
+  const int32_t* slots = s.as<int32_t>();        // host memory on the host target
   std::printf("num_spec_decodes %d, spec_state_indices_tensor [%lld, %d]:", md.num_spec_decodes,
               static_cast<long long>(s.rows), s.cols);
   for (int64_t i = 0; i < s.size(); ++i) std::printf(" %d", slots[i]);

@@ -27,9 +27,8 @@ void check(cudaError_t e, const char* what) {
 }
 
 /// The int32 contents of an output array in host memory (host target).
-template <class A>
-std::vector<int32_t> host_ints(const A& a) {
-  const auto* p = static_cast<const int32_t*>(static_cast<const void*>(a.data));
+std::vector<int32_t> host_ints(const linmeta::Array& a) {
+  const int32_t* p = a.as<int32_t>();
   return std::vector<int32_t>(p, p + a.rows * a.cols);
 }
 

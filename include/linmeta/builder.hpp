@@ -25,6 +25,11 @@ struct BuilderOptions {
   /// Slots reserved for builds captured into CUDA graphs (cuda target): a captured
   /// build keeps its slot for the builder's lifetime, since replays re-read it.
   int32_t capture_slots = 8;
+  /// Programmatic Dependent Launch (cuda target, sm_90+): the finish kernel may be
+  /// scheduled while the preceding kernel of the stream still runs, and waits for it
+  /// (griddepcontrol.wait) before reading device inputs or writing any buffer. Hides
+  /// launch latency behind the producer of seq_lens / accepted counts.
+  bool programmatic_dependent_launch = false;
 };
 
 /// Host-side time of the last build, split by phase (nanoseconds).
@@ -67,8 +72,11 @@ class MetadataBuilder {
   [[nodiscard]] Target target() const;
   [[nodiscard]] int32_t num_groups() const;
   [[nodiscard]] const BuildTiming& last_timing() const;
-  /// Bytes uploaded by the last build (cuda target; the packed arena size otherwise).
+  /// Bytes of the step arena packed by the last build (or update_block_table).
   [[nodiscard]] int64_t last_upload_bytes() const;
+  /// Kernel parameter bytes of the last launch: header + arena tier (cuda target; 0
+  /// on the host target or when the arena was copied first: header only).
+  [[nodiscard]] int32_t last_launch_param_bytes() const;
   /// Memory the builder holds: pinned host staging and device (or host) buffers.
   [[nodiscard]] int64_t pinned_bytes() const;
   [[nodiscard]] int64_t buffer_bytes() const;

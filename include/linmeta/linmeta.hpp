@@ -5,4 +5,5 @@
 #include "linmeta/config.hpp"
 #include "linmeta/error.hpp"
 #include "linmeta/metadata.hpp"
+#include "linmeta/outputs.hpp"
 #include "linmeta/step.hpp"

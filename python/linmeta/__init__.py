@@ -22,6 +22,7 @@ from ._linmeta import (
     CONV_BLOCK,
     FLA_CHUNK_SIZE,
     NULL_BLOCK_ID,
+    OUTPUT_FIELDS,
     PAD_SLOT_ID,
     Checkpoint,
     Error,
@@ -36,25 +37,8 @@ from ._linmeta import (
 
 __version__ = "0.1.0"
 
-#: Names of the array-valued Metadata fields (vLLM's GDNAttentionMetadata names).
-ARRAY_FIELDS = (
-    "has_initial_state",
-    "chunk_indices",
-    "chunk_offsets",
-    "prefill_query_start_loc",
-    "prefill_state_indices",
-    "prefill_has_initial_state",
-    "spec_query_start_loc",
-    "non_spec_query_start_loc",
-    "spec_state_indices_tensor",
-    "non_spec_state_indices_tensor",
-    "spec_sequence_masks",
-    "spec_token_indx",
-    "non_spec_token_indx",
-    "num_accepted_tokens",
-    "batch_ptr",
-    "token_chunk_offset_ptr",
-)
+#: Names of the array-valued Metadata fields (vLLM's names), from the output table.
+ARRAY_FIELDS = tuple(name for name, _dtype, _scope in OUTPUT_FIELDS)
 
 #: Names of the integer Metadata fields.
 COUNT_FIELDS = (
@@ -108,6 +92,7 @@ __all__ = [
     "Metadata",
     "MetadataBuilder",
     "NULL_BLOCK_ID",
+    "OUTPUT_FIELDS",
     "PAD_SLOT_ID",
     "RecoverSsmAlign",
     "RecoverSsmCommit",

@@ -3,74 +3,50 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <cstring>
 #include <string>
-#include <type_traits>
+
+#include "linmeta/outputs.hpp"
 
 namespace linmeta::py {
 
 namespace {
 
-template <class T>
-nb::dlpack::dtype dtype_of() {
-  if constexpr (std::is_same_v<T, bool>)
-    return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bool), 8, 1};
-  else
-    return {static_cast<uint8_t>(nb::dlpack::dtype_code::Int), 32, 1};
+nb::dlpack::dtype dlpack_dtype(DType t) {
+  if (t == DType::Bool) return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bool), 8, 1};
+  return {static_cast<uint8_t>(nb::dlpack::dtype_code::Int),
+          static_cast<uint8_t>(8 * dtype_size(t)), 1};
 }
 
 constexpr int32_t kConvBlockKey = kConvBlock;  // nums_dict key, as vLLM's BLOCK_M
 
 }  // namespace
 
-template <class T>
-nb::object PyMetadata::view(const Array<T>& a, bool host_memory, int64_t rows) {
+nb::object PyMetadata::view(const Array& a, bool host_memory, int64_t rows) {
   if (!a.present) return nb::none();
   const bool device = !host_memory && m_.target == Target::Cuda;
-  return export_array(a.data, a.ndim, rows >= 0 ? rows : a.rows, a.cols, dtype_of<T>(),
+  return export_array(a.data, a.ndim, rows >= 0 ? rows : a.rows, a.cols, dlpack_dtype(a.dtype),
                       device ? kDLCUDA : kDLCPU, device ? device_id_ : 0, builder_, array_type_);
 }
 
-nb::object PyMetadata::get(Field f) {
+nb::object PyMetadata::get(Out f) {
   nb::object& slot = cache_[static_cast<size_t>(f)];
+  if (!slot.is_valid()) {
+    const Array* a = output_spec(f).field(m_);
+    slot = a == nullptr ? nb::none() : view(*a);
+  }
+  return slot;
+}
+
+nb::object PyMetadata::get(Composite f) {
+  nb::object& slot = cache_[kNumOutputs + static_cast<size_t>(f)];
   if (!slot.is_valid()) slot = compute(f);
   return slot;
 }
 
-nb::object PyMetadata::compute(Field f) {
+nb::object PyMetadata::compute(Composite f) {
   switch (f) {
-    case Field::HasInitialState:
-      return view(m_.has_initial_state);
-    case Field::ChunkIndices:
-      return view(m_.chunk_indices);
-    case Field::ChunkOffsets:
-      return view(m_.chunk_offsets);
-    case Field::PrefillQueryStartLoc:
-      return view(m_.prefill_query_start_loc);
-    case Field::PrefillStateIndices:
-      return view(m_.prefill_state_indices);
-    case Field::PrefillHasInitialState:
-      return view(m_.prefill_has_initial_state);
-    case Field::SpecQueryStartLoc:
-      return view(m_.spec_query_start_loc);
-    case Field::NonSpecQueryStartLoc:
-      return view(m_.non_spec_query_start_loc);
-    case Field::SpecStateIndices:
-      return view(m_.spec_state_indices_tensor);
-    case Field::NonSpecStateIndices:
-      return view(m_.non_spec_state_indices_tensor);
-    case Field::SpecSequenceMasks:
-      return view(m_.spec_sequence_masks);
-    case Field::SpecTokenIndx:
-      return view(m_.spec_token_indx);
-    case Field::NonSpecTokenIndx:
-      return view(m_.non_spec_token_indx);
-    case Field::NumAcceptedTokens:
-      return view(m_.num_accepted_tokens);
-    case Field::BatchPtr:
-      return m_.conv1d ? view(m_.conv1d->batch_ptr) : nb::none();
-    case Field::TokenChunkOffsetPtr:
-      return m_.conv1d ? view(m_.conv1d->token_chunk_offset_ptr) : nb::none();
-    case Field::NumsDict: {
+    case Composite::NumsDict: {
       if (!m_.conv1d) return nb::none();
       // vLLM's compute_causal_conv1d_metadata: {BLOCK_M: {nums, tot, mlist, mlist_len,
       // offsetlist}}.
@@ -85,31 +61,31 @@ nb::object PyMetadata::compute(Field f) {
       outer[nb::int_(kConvBlockKey)] = inner;
       return outer;
     }
-    case Field::RecoverSsmCommit: {
+    case Composite::RecoverSsmCommit: {
       if (!m_.recoverssm_commit) return nb::none();
       const RecoverSsmCommit& rc = *m_.recoverssm_commit;
       PyRecoverSsmCommit out;
-      out.state_indices = view(rc.state_indices);
-      out.query_start_loc = view(rc.query_start_loc);
-      out.request_indices = view(rc.request_indices);
+      out.state_indices = get(Out::SpecStateIndices);
+      out.query_start_loc = get(Out::SpecQueryStartLoc);
+      out.request_indices = get(Out::RecoverSsmRequestIndices);
       out.align = nb::none();
       if (rc.align) {
         PyRecoverSsmAlign al;
         al.block_table = table_;
-        al.num_computed_tokens = view(rc.align->num_computed_tokens);
+        al.num_computed_tokens = get(Out::RecoverSsmNumComputed);
         al.block_size = rc.align->block_size;
         out.align = nb::cast(std::move(al));
       }
       return nb::cast(std::move(out));
     }
-    case Field::Checkpoint: {
+    case Composite::Checkpoint: {
       if (!m_.checkpoint) return nb::none();
       PyCheckpoint cp;
-      cp.checkpoint_offsets = view(m_.checkpoint->checkpoint_offsets);
-      cp.state_indices = view(m_.checkpoint->state_indices);
+      cp.checkpoint_offsets = get(Out::CheckpointOffsets);
+      cp.state_indices = get(Out::CheckpointStateIndices);
       return nb::cast(std::move(cp));
     }
-    case Field::Count:
+    case Composite::Count:
       break;
   }
   return nb::none();
@@ -164,43 +140,32 @@ void PyMetadata::bind(nb::module_& m) {
       .def_prop_ro("uniform_spec_sequence_length",
                    [](const PyMetadata& s) { return s.metadata().uniform_spec_sequence_length; });
 
-  struct Named {
-    const char* name;
-    Field field;
-    const char* doc;
-  };
-  static const Named fields[] = {
-      {"has_initial_state", Field::HasInitialState, "bool [non-spec rows]"},
-      {"chunk_indices", Field::ChunkIndices, "int32 [chunks, 2] (GDN, FLA chunk metadata)"},
-      {"chunk_offsets", Field::ChunkOffsets, "int32 [prefills + 1] (GDN, FLA chunk metadata)"},
-      {"prefill_query_start_loc", Field::PrefillQueryStartLoc, "int32 [prefills + 1] (GDN)"},
-      {"prefill_state_indices", Field::PrefillStateIndices, "int32 [prefills] (GDN)"},
-      {"prefill_has_initial_state", Field::PrefillHasInitialState, "bool [prefills] (GDN)"},
-      {"spec_query_start_loc", Field::SpecQueryStartLoc, "int32 [spec rows + 1]"},
-      {"non_spec_query_start_loc", Field::NonSpecQueryStartLoc, "int32 [non-spec rows + 1]"},
-      {"spec_state_indices_tensor", Field::SpecStateIndices, "int32 [spec rows, S]"},
-      {"non_spec_state_indices_tensor", Field::NonSpecStateIndices, "int32 [non-spec rows]"},
-      {"spec_sequence_masks", Field::SpecSequenceMasks, "bool [rows]"},
-      {"spec_token_indx", Field::SpecTokenIndx, "int32 [spec tokens]"},
-      {"non_spec_token_indx", Field::NonSpecTokenIndx, "int32 [non-spec tokens]"},
-      {"num_accepted_tokens", Field::NumAcceptedTokens, "int32 [spec rows]"},
-      {"nums_dict", Field::NumsDict,
-       "causal-conv1d metadata as vLLM's compute_causal_conv1d_metadata: {8: {'nums', 'tot', "
-       "'mlist' (= batch_ptr[:tot]), 'mlist_len' (= tot), 'offsetlist' (= "
-       "token_chunk_offset_ptr[:tot])}}; "
-       "'nums' is in host memory"},
-      {"batch_ptr", Field::BatchPtr, "int32 [capacity], PAD_SLOT_ID (-1) past tot"},
-      {"token_chunk_offset_ptr", Field::TokenChunkOffsetPtr,
-       "int32 [capacity], PAD_SLOT_ID (-1) past tot"},
-      {"recoverssm_commit", Field::RecoverSsmCommit,
-       "KDA RecoverSSM commit metadata (RecoverSsmCommit) or None"},
-      {"checkpoint", Field::Checkpoint, "KDA prefill checkpoints (Checkpoint) or None"},
-  };
-  for (const Named& n : fields) {
-    const Field f = n.field;
+  // One property per top-level row of the output table (nested rows live in the
+  // composites below), with its element type in the docstring.
+  nb::list fields;
+  for (const OutputSpec& spec : kOutputs) {
+    if (!spec.is_output() || std::strchr(spec.name, '.') != nullptr) continue;
+    const Out id = spec.id;
+    const std::string doc = std::string(dtype_name(spec.dtype)) + " array or None (" +
+                            (spec.scope == Scope::Group ? "per KV-cache group" : "batch-level") +
+                            ")";
     cls.def_prop_ro(
-        n.name, [f](PyMetadata& s) { return s.get(f); }, n.doc);
+        spec.name, [id](PyMetadata& s) { return s.get(id); }, doc.c_str());
+    fields.append(nb::make_tuple(spec.name, dtype_name(spec.dtype),
+                                 spec.scope == Scope::Group ? "group" : "batch"));
   }
+  m.attr("OUTPUT_FIELDS") = nb::tuple(fields);
+  cls.def_prop_ro(
+         "nums_dict", [](PyMetadata& s) { return s.get(Composite::NumsDict); },
+         "causal-conv1d metadata as vLLM's compute_causal_conv1d_metadata: {8: {'nums', 'tot', "
+         "'mlist' (= batch_ptr[:tot]), 'mlist_len' (= tot), 'offsetlist' (= "
+         "token_chunk_offset_ptr[:tot])}}; 'nums' is in host memory")
+      .def_prop_ro(
+          "recoverssm_commit", [](PyMetadata& s) { return s.get(Composite::RecoverSsmCommit); },
+          "KDA RecoverSSM commit metadata (RecoverSsmCommit) or None")
+      .def_prop_ro(
+          "checkpoint", [](PyMetadata& s) { return s.get(Composite::Checkpoint); },
+          "KDA prefill checkpoints (Checkpoint) or None");
   cls.def_prop_ro("group", &PyMetadata::group, "The KV-cache group this metadata was built for.")
       .def_prop_ro("num_reqs", &PyMetadata::num_reqs, "Rows of the step (padding rows included).")
       .def_prop_ro(

@@ -6,6 +6,7 @@
 
 #include "arrays.hpp"
 #include "linmeta/metadata.hpp"
+#include "linmeta/outputs.hpp"
 
 namespace linmeta::py {
 
@@ -30,29 +31,10 @@ struct PyCheckpoint {
   nb::object state_indices;
 };
 
-/// Array-valued fields, indexing the export cache.
-enum class Field : int32_t {
-  HasInitialState,
-  ChunkIndices,
-  ChunkOffsets,
-  PrefillQueryStartLoc,
-  PrefillStateIndices,
-  PrefillHasInitialState,
-  SpecQueryStartLoc,
-  NonSpecQueryStartLoc,
-  SpecStateIndices,
-  NonSpecStateIndices,
-  SpecSequenceMasks,
-  SpecTokenIndx,
-  NonSpecTokenIndx,
-  NumAcceptedTokens,
-  NumsDict,
-  BatchPtr,
-  TokenChunkOffsetPtr,
-  RecoverSsmCommit,
-  Checkpoint,
-  Count,
-};
+/// Composite fields built from several table rows (the export cache follows the
+/// output table's rows, linmeta/outputs.hpp, then these).
+enum class Composite : int32_t { NumsDict, RecoverSsmCommit, Checkpoint, Count };
+inline constexpr size_t kCacheSlots = kNumOutputs + static_cast<size_t>(Composite::Count);
 
 class PyMetadata {
  public:
@@ -71,15 +53,16 @@ class PyMetadata {
   [[nodiscard]] int32_t group() const { return group_; }
   [[nodiscard]] int32_t num_reqs() const { return num_reqs_; }
 
-  /// The Python value of an array-valued field (None when absent), exported once.
-  nb::object get(Field f);
+  /// The Python value of an output-table row (None when absent), exported once.
+  nb::object get(Out f);
+  /// The Python value of a composite field, built once.
+  nb::object get(Composite f);
 
   static void bind(nb::module_& m);
 
  private:
-  nb::object compute(Field f);
-  template <class T>
-  nb::object view(const Array<T>& a, bool host_memory = false, int64_t rows = -1);
+  nb::object compute(Composite f);
+  nb::object view(const Array& a, bool host_memory = false, int64_t rows = -1);
 
   Metadata m_;
   nb::object builder_;  ///< owner of every exported view
@@ -88,7 +71,7 @@ class PyMetadata {
   int32_t num_reqs_;
   int32_t device_id_;
   ArrayType array_type_;
-  std::array<nb::object, static_cast<size_t>(Field::Count)> cache_{};
+  std::array<nb::object, kCacheSlots> cache_{};
 };
 
 }  // namespace linmeta::py

@@ -9,60 +9,6 @@
 namespace linmeta::gputest {
 namespace {
 
-class Graph {
- public:
-  Graph() = default;
-  ~Graph() {
-    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
-    if (graph_ != nullptr) cudaGraphDestroy(graph_);
-  }
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
-
-  /// Captures `fn()` on `stream` (global capture mode) and instantiates it.
-  template <class Fn>
-  void capture(cudaStream_t stream, Fn&& fn) {
-    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-    try {
-      fn();
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      cudaStreamEndCapture(stream, &broken);
-      if (broken != nullptr) cudaGraphDestroy(broken);
-      throw;
-    }
-    check(cudaStreamEndCapture(stream, &graph_), "cudaStreamEndCapture");
-    check(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
-  }
-  void launch(cudaStream_t stream) const {
-    check(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
-  }
-
-  /// Node counts by type.
-  [[nodiscard]] std::map<cudaGraphNodeType, int> node_types() const {
-    size_t n = 0;
-    check(cudaGraphGetNodes(graph_, nullptr, &n), "cudaGraphGetNodes");
-    std::vector<cudaGraphNode_t> nodes(n);
-    check(cudaGraphGetNodes(graph_, nodes.data(), &n), "cudaGraphGetNodes");
-    std::map<cudaGraphNodeType, int> out;
-    for (auto* node : nodes) {
-      cudaGraphNodeType t{};
-      check(cudaGraphNodeGetType(node, &t), "cudaGraphNodeGetType");
-      ++out[t];
-    }
-    return out;
-  }
-  [[nodiscard]] size_t num_nodes() const {
-    size_t n = 0;
-    check(cudaGraphGetNodes(graph_, nullptr, &n), "cudaGraphGetNodes");
-    return n;
-  }
-
- private:
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
-};
-
 // Arenas above this many bytes are copied; smaller ones travel in the launch.
 constexpr int64_t kInlineArenaBytes = 4 * 7168;
 

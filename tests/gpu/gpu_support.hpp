@@ -251,48 +251,85 @@ inline std::span<const Metadata> build_step(MetadataBuilder& b, const RandomStep
                    : b.build_groups(s, tables, stream);
 }
 
+/// A CUDA graph captured from a stream, instantiated, replayable.
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph() {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  }
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  /// Captures `fn()` on `stream` (global capture mode) and instantiates it.
+  template <class Fn>
+  void capture(cudaStream_t stream, Fn&& fn) {
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    try {
+      fn();
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream, &broken);
+      if (broken != nullptr) cudaGraphDestroy(broken);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream, &graph_), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
+  }
+  void launch(cudaStream_t stream) const {
+    check(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
+  }
+
+  /// Node counts by type.
+  [[nodiscard]] std::map<cudaGraphNodeType, int> node_types() const {
+    size_t n = 0;
+    check(cudaGraphGetNodes(graph_, nullptr, &n), "cudaGraphGetNodes");
+    std::vector<cudaGraphNode_t> nodes(n);
+    check(cudaGraphGetNodes(graph_, nodes.data(), &n), "cudaGraphGetNodes");
+    std::map<cudaGraphNodeType, int> out;
+    for (auto* node : nodes) {
+      cudaGraphNodeType t{};
+      check(cudaGraphNodeGetType(node, &t), "cudaGraphNodeGetType");
+      ++out[t];
+    }
+    return out;
+  }
+  [[nodiscard]] size_t num_nodes() const {
+    size_t n = 0;
+    check(cudaGraphGetNodes(graph_, nullptr, &n), "cudaGraphGetNodes");
+    return n;
+  }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 // ---- metadata arrays ----------------------------------------------------------------
 
 /// Calls f(name, array) for every array of `m` in target memory (all but
-/// conv1d.nums, which is host memory on every target), in a fixed order.
-template <class M, class F>
-void for_each_array(M& m, F&& f) {
-  f("has_initial_state", m.has_initial_state);
-  f("chunk_indices", m.chunk_indices);
-  f("chunk_offsets", m.chunk_offsets);
-  f("prefill_query_start_loc", m.prefill_query_start_loc);
-  f("prefill_state_indices", m.prefill_state_indices);
-  f("prefill_has_initial_state", m.prefill_has_initial_state);
-  f("spec_query_start_loc", m.spec_query_start_loc);
-  f("non_spec_query_start_loc", m.non_spec_query_start_loc);
-  f("spec_state_indices_tensor", m.spec_state_indices_tensor);
-  f("non_spec_state_indices_tensor", m.non_spec_state_indices_tensor);
-  f("spec_sequence_masks", m.spec_sequence_masks);
-  f("spec_token_indx", m.spec_token_indx);
-  f("non_spec_token_indx", m.non_spec_token_indx);
-  f("num_accepted_tokens", m.num_accepted_tokens);
-  if (m.conv1d) {
-    auto& c = *m.conv1d;
-    f("conv1d.batch_ptr", c.batch_ptr);
-    f("conv1d.token_chunk_offset_ptr", c.token_chunk_offset_ptr);
-  }
-  if (m.recoverssm_commit) {
-    auto& rc = *m.recoverssm_commit;
-    f("recoverssm_commit.state_indices", rc.state_indices);
-    f("recoverssm_commit.query_start_loc", rc.query_start_loc);
-    f("recoverssm_commit.request_indices", rc.request_indices);
-    if (rc.align) f("recoverssm_commit.align.num_computed_tokens", rc.align->num_computed_tokens);
-  }
-  if (m.checkpoint) {
-    auto& cp = *m.checkpoint;
-    f("checkpoint.checkpoint_offsets", cp.checkpoint_offsets);
-    f("checkpoint.state_indices", cp.state_indices);
-  }
+/// conv1d.nums, which is host memory on every target), in the output table's order.
+template <class F>
+void for_each_named_array(Metadata& m, F&& f) {
+  for (const OutputSpec& spec : kOutputs)
+    if (spec.is_output())
+      if (Array* a = spec.field(m)) f(spec.name, *a);
+}
+template <class F>
+void for_each_named_array(const Metadata& m, F&& f) {
+  linmeta::for_each_array(m, [&](const OutputSpec& spec, const Array& a) { f(spec.name, a); });
 }
 
-template <class T>
-size_t array_bytes(const Array<T>& a) {
-  return a.present && a.size() > 0 ? static_cast<size_t>(a.size()) * sizeof(T) : 0;
+/// The fields that alias others (RecoverSSM commit) follow them after a move.
+inline void relink_aliases(Metadata& m) {
+  if (!m.recoverssm_commit) return;
+  m.recoverssm_commit->state_indices = m.spec_state_indices_tensor;
+  m.recoverssm_commit->query_start_loc = m.spec_query_start_loc;
+}
+
+inline size_t array_bytes(const Array& a) {
+  return a.present && a.size() > 0 ? static_cast<size_t>(a.bytes()) : 0;
 }
 
 inline size_t align_up(size_t x, size_t a = 256) { return (x + a - 1) / a * a; }
@@ -315,7 +352,8 @@ struct HostMetadata {
     for (size_t g = 0; g < groups.size(); ++g) {
       auto& c = groups[g].conv1d;
       if (!c || !c->nums.present) continue;
-      nums[g].assign(c->nums.data, c->nums.data + c->nums.size());
+      const auto* v = c->nums.as<int32_t>();
+      nums[g].assign(v, v + c->nums.size());
       c->nums.data = nums[g].data();
     }
   }
@@ -357,7 +395,7 @@ inline HostMetadata read_back(std::span<const Metadata> ms) {
   uintptr_t lo = UINTPTR_MAX, hi = 0;
   size_t total = 0;
   for (const auto& m : ms)
-    for_each_array(m, [&](const char*, const auto& a) {
+    for_each_named_array(m, [&](const char*, const auto& a) {
       const size_t n = array_bytes(a);
       if (n == 0) return;
       const auto p = reinterpret_cast<uintptr_t>(a.data);
@@ -376,30 +414,30 @@ inline HostMetadata read_back(std::span<const Metadata> ms) {
                      cudaMemcpyDeviceToHost),
           "cudaMemcpy(read back)");
     for (auto& m : out.groups)
-      for_each_array(m, [&](const char*, auto& a) {
+      for_each_named_array(m, [&](const char*, auto& a) {
         if (array_bytes(a) == 0) return;
-        using T = std::remove_cvref_t<decltype(*a.data)>;
-        a.data = reinterpret_cast<const T*>(out.bytes.data() +
-                                            (reinterpret_cast<uintptr_t>(a.data) - lo));
+        a.data = out.bytes.data() + (reinterpret_cast<uintptr_t>(a.data) - lo);
       });
   } else {
     out.bytes.resize(total);
     size_t at = 0;
     for (auto& m : out.groups)
-      for_each_array(m, [&](const char*, auto& a) {
+      for_each_named_array(m, [&](const char*, auto& a) {
         const size_t n = array_bytes(a);
         if (n == 0) return;
-        using T = std::remove_cvref_t<decltype(*a.data)>;
         if (cuda)
           check(cudaMemcpy(out.bytes.data() + at, a.data, n, cudaMemcpyDeviceToHost),
                 "cudaMemcpy(read back)");
         else
           std::memcpy(out.bytes.data() + at, a.data, n);
-        a.data = reinterpret_cast<const T*>(out.bytes.data() + at);
+        a.data = out.bytes.data() + at;
         at += align_up(n);
       });
   }
-  for (auto& m : out.groups) m.target = Target::Host;
+  for (auto& m : out.groups) {
+    m.target = Target::Host;
+    relink_aliases(m);
+  }
   out.own_nums();
   return out;
 }
@@ -422,7 +460,7 @@ class SnapshotArea {
 
   void take(const Metadata& m, cudaStream_t stream) {
     std::vector<size_t> offsets;
-    for_each_array(m, [&](const char*, const auto& a) {
+    for_each_named_array(m, [&](const char*, const auto& a) {
       const size_t n = array_bytes(a);
       offsets.push_back(used_);
       if (n == 0) return;
@@ -460,12 +498,12 @@ class SnapshotArea {
     for (size_t i = 0; i < out.groups.size(); ++i) {
       Metadata& m = out.groups[i];
       size_t k = 0;
-      for_each_array(m, [&](const char*, auto& a) {
+      for_each_named_array(m, [&](const char*, auto& a) {
         const size_t off = offsets_[i][k++];
         if (array_bytes(a) == 0) return;
-        using T = std::remove_cvref_t<decltype(*a.data)>;
-        a.data = reinterpret_cast<const T*>(out.bytes.data() + off);
+        a.data = out.bytes.data() + off;
       });
+      relink_aliases(m);
       if (m.conv1d && m.conv1d->nums.present) m.conv1d->nums.data = out.nums[i].data();
       m.target = Target::Host;
     }
@@ -497,7 +535,7 @@ struct ArrayInfo {
 
 inline std::map<std::string, ArrayInfo> arrays_of(const Metadata& m) {
   std::map<std::string, ArrayInfo> out;
-  for_each_array(m, [&](const char* name, const auto& a) {
+  for_each_named_array(m, [&](const char* name, const auto& a) {
     out[name] =
         ArrayInfo{a.present,     a.rows, a.cols, a.ndim, reinterpret_cast<const std::byte*>(a.data),
                   array_bytes(a)};
@@ -530,7 +568,7 @@ inline std::vector<std::string> diff(const Metadata& a, const Metadata& b) {
     const auto& x = a.conv1d->nums;
     const auto& y = b.conv1d->nums;
     if (x.present != y.present || x.size() != y.size() ||
-        (x.size() > 0 && !std::equal(x.data, x.data + x.size(), y.data)))
+        (x.size() > 0 && std::memcmp(x.data, y.data, static_cast<size_t>(x.bytes())) != 0))
       out.emplace_back("conv1d.nums");
   }
   scalar("recoverssm_commit.present", a.recoverssm_commit.has_value(),

@@ -87,7 +87,7 @@ struct Span {
 /// Address ranges of the arrays of `m` by name (present arrays only).
 std::map<std::string, Span> spans_of(const Metadata& m) {
   std::map<std::string, Span> out;
-  for_each_array(m, [&](const char* name, const auto& a) {
+  for_each_named_array(m, [&](const char* name, const auto& a) {
     if (!a.present) return;
     const auto p = reinterpret_cast<uintptr_t>(a.data);
     out[name] = Span{p, p + array_bytes(a)};
@@ -107,9 +107,9 @@ std::vector<std::string> decode_staged(BuilderKind kind) {
   return {"non_spec_state_indices_tensor", "non_spec_query_start_loc"};
 }
 // Fields gathered from each group's own block table.
-const std::vector<std::string> kGathered = {
-    "spec_state_indices_tensor", "non_spec_state_indices_tensor", "prefill_state_indices",
-    "checkpoint.state_indices", "recoverssm_commit.state_indices"};
+const std::vector<std::string> kGathered = {"spec_state_indices_tensor",
+                                            "non_spec_state_indices_tensor",
+                                            "prefill_state_indices", "checkpoint.state_indices"};
 
 using AddressParam = std::tuple<BuilderKind, int32_t /*groups*/>;
 class PersistentAddressGpu : public GpuParamTest<AddressParam> {};

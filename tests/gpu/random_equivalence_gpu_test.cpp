@@ -1,6 +1,6 @@
-// Random valid steps (tests/random_step.hpp) give field-for-field identical
+// Random valid steps (tools/common/random_step.hpp) give field-for-field identical
 // metadata on the cuda and host targets, for every configuration knob, 1 to 48
-// KV-cache groups, capture builds and strided block tables.
+// KV-cache groups, capture builds, strided block tables, PDL launches on and off.
 // LINMETA_RANDOM_STEPS sets the steps per builder kind (default 20000).
 #include <chrono>
 #include <iostream>
@@ -81,7 +81,9 @@ class Coverage {
                                      "long_prefill",
                                      "async_spec_seq_len_below_bound",
                                      "strided_table",
-                                     "strided_table_build_groups"};
+                                     "strided_table_build_groups",
+                                     "pdl=on",
+                                     "pdl=off"};
     if (kind == BuilderKind::Kda)
       need.insert(need.end(),
                   {"recoverssm=on", "recoverssm=off", "checkpoints=on", "checkpoints=off"});
@@ -131,6 +133,8 @@ TEST_P(RandomEquivalenceGpu, CudaTargetMatchesHostTarget) {
     ho.target = Target::Host;
     co.target = Target::Cuda;
     ho.num_groups = co.num_groups = G;
+    co.programmatic_dependent_launch = coin(rng);
+    cov.add(co.programmatic_dependent_launch ? "pdl=on" : "pdl=off");
     MetadataBuilder host(kind, cfg, ho);
     MetadataBuilder cuda(kind, cfg, co);
     ++configs;

@@ -12,3 +12,12 @@ namespace linmeta::gputest {
 void launch_spin(cudaStream_t stream, const int* release, int* state, long long max_ns);
 
 }  // namespace linmeta::gputest
+
+namespace linmeta::gputest {
+
+/// A producer kernel: after `delay_ns` of GPU time, copies n int32 from `src` to
+/// `dst` (device memory). Stands for the sampler writing accepted counts / seq_lens
+/// right before a build.
+void launch_delayed_copy(cudaStream_t stream, int* dst, const int* src, int n, long long delay_ns);
+
+}  // namespace linmeta::gputest

@@ -108,22 +108,20 @@ struct HostStep {
 using Ints = std::vector<int32_t>;
 using Ints2 = std::vector<std::vector<int32_t>>;
 
-/// Host values of a 1-D int view (host target).
-inline Ints vec(const Array<int32_t>& a) {
-  if (!a.present || a.size() == 0) return {};
-  return Ints(a.data, a.data + a.size());
-}
-/// Host values of a bool view as 0/1.
-inline Ints vec(const Array<bool>& a) {
+/// Host values of a view (host target), any element type; bools as 0/1.
+inline Ints vec(const Array& a) {
   Ints out;
-  for (int64_t i = 0; a.present && i < a.size(); ++i) out.push_back(a.data[i] ? 1 : 0);
+  for (int64_t i = 0; a.present && i < a.size(); ++i) out.push_back(static_cast<int32_t>(a.at(i)));
   return out;
 }
-/// Rows of a 2-D int view.
-inline Ints2 rows_of(const Array<int32_t>& a) {
+/// Rows of a 2-D view.
+inline Ints2 rows_of(const Array& a) {
   Ints2 out;
-  for (int64_t r = 0; a.present && r < a.rows; ++r)
-    out.emplace_back(a.data + r * a.cols, a.data + (r + 1) * a.cols);
+  for (int64_t r = 0; a.present && r < a.rows; ++r) {
+    Ints row;
+    for (int32_t c = 0; c < a.cols; ++c) row.push_back(static_cast<int32_t>(a.at(r * a.cols + c)));
+    out.push_back(row);
+  }
   return out;
 }
 

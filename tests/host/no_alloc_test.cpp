@@ -150,9 +150,9 @@ Prepared prepare(const std::vector<RandomStep>& steps) {
 int64_t use(const Metadata& m) {
   int64_t x = m.num_prefills + m.num_decodes + m.num_spec_decodes + m.num_actual_tokens;
   if (m.spec_state_indices_tensor && m.spec_state_indices_tensor.size() > 0)
-    x += m.spec_state_indices_tensor.data[0];
+    x += m.spec_state_indices_tensor.at(0);
   if (m.non_spec_state_indices_tensor && m.non_spec_state_indices_tensor.size() > 0)
-    x += m.non_spec_state_indices_tensor.data[0];
+    x += m.non_spec_state_indices_tensor.at(0);
   return x;
 }
 

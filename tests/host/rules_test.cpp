@@ -519,7 +519,7 @@ TEST(GdnStaging, SpecStagingPadsPastTheSpecRows) {
       .accepted_counts({3, 3, 3, 3})
       .iota_table(8);
   const Metadata& first = b.build(big.step());
-  const int32_t* state_at = first.spec_state_indices_tensor.data;
+  const void* state_at = first.spec_state_indices_tensor.data;
   HostStep s;
   s.lens({3, 2, 0, 0})
       .seq({10, 20, 0, 0})

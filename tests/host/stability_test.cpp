@@ -182,11 +182,10 @@ struct Range {
   bool group_level;
 };
 
-template <class T>
-void add(std::vector<Range>& out, const std::string& name, const Array<T>& a, bool group_level) {
+void add(std::vector<Range>& out, const std::string& name, const Array& a, bool group_level) {
   if (!a.present || a.size() == 0) return;
-  const auto* p = reinterpret_cast<const char*>(a.data);
-  out.push_back({name, p, p + a.size() * static_cast<int64_t>(sizeof(T)), group_level});
+  const auto* p = static_cast<const char*>(a.data);
+  out.push_back({name, p, p + a.bytes(), group_level});
 }
 
 /// Every array of `m`; group-level: the block-table gathers, and every view of a
@@ -194,34 +193,12 @@ void add(std::vector<Range>& out, const std::string& name, const Array<T>& a, bo
 /// the state indices: its non_spec_query_start_loc stays batch-level).
 std::vector<Range> ranges(const Metadata& m, bool staged, BuilderKind kind) {
   std::vector<Range> r;
-  add(r, "spec_state_indices_tensor", m.spec_state_indices_tensor, true);
-  add(r, "non_spec_state_indices_tensor", m.non_spec_state_indices_tensor, true);
-  add(r, "prefill_state_indices", m.prefill_state_indices, true);
-  if (m.checkpoint) add(r, "checkpoint.state_indices", m.checkpoint->state_indices, true);
-  if (m.checkpoint)
-    add(r, "checkpoint.checkpoint_offsets", m.checkpoint->checkpoint_offsets, false);
-  add(r, "spec_sequence_masks", m.spec_sequence_masks, staged);
-  add(r, "spec_query_start_loc", m.spec_query_start_loc, staged);
-  add(r, "non_spec_query_start_loc", m.non_spec_query_start_loc,
-      staged && kind == BuilderKind::Gdn);
-  add(r, "num_accepted_tokens", m.num_accepted_tokens, staged);
-  add(r, "spec_token_indx", m.spec_token_indx, staged);
-  add(r, "non_spec_token_indx", m.non_spec_token_indx, staged);
-  add(r, "has_initial_state", m.has_initial_state, false);
-  add(r, "chunk_indices", m.chunk_indices, false);
-  add(r, "chunk_offsets", m.chunk_offsets, false);
-  add(r, "prefill_query_start_loc", m.prefill_query_start_loc, false);
-  add(r, "prefill_has_initial_state", m.prefill_has_initial_state, false);
-  if (m.conv1d) {
-    add(r, "conv1d.batch_ptr", m.conv1d->batch_ptr, false);
-    add(r, "conv1d.token_chunk_offset_ptr", m.conv1d->token_chunk_offset_ptr, false);
-  }
-  if (m.recoverssm_commit) {
-    add(r, "recoverssm_commit.request_indices", m.recoverssm_commit->request_indices, false);
-    if (m.recoverssm_commit->align)
-      add(r, "recoverssm_commit.align.num_computed_tokens",
-          m.recoverssm_commit->align->num_computed_tokens, false);
-  }
+  for_each_array(m, [&](const OutputSpec& spec, const Array& a) {
+    bool group_level = spec.scope == Scope::Group;
+    if (staged && spec.staged != Cap::None)
+      group_level = !(kind == BuilderKind::Kda && spec.id == Out::NonSpecQueryStartLoc);
+    add(r, spec.name, a, group_level);
+  });
   return r;
 }
 
