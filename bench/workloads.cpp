@@ -1,6 +1,6 @@
+#include <algorithm>
 #include <iterator>
 #include <map>
-#include <regex>
 #include <sstream>
 
 #include "bench.hpp"
@@ -82,31 +82,47 @@ kda/decode+prefill/B260/align/G4/fullgraph)");
 }
 
 Workload make_workload(const std::string& name) {
-  static const std::regex re(
-      R"((gdn|kda)/(decode|spec-k(\d)|recoverssm-k(\d)|prefill)(\+prefill)?/B(\d{1,5})/)"
-      R"((none|all|align)/G(\d{1,3})/(fullgraph|nograph))");
-  std::smatch m;
-  if (!std::regex_match(name, m, re))
-    throw Error("not a workload name: '" + name + "' (see --list and docs/bench.md)");
+  auto bad = [&name]() -> Error {
+    return Error("not a workload name: '" + name + "' (see --list and docs/bench.md)");
+  };
+  std::vector<std::string> part;  // builder, mix, B<rows>, mode, G<groups>, graph
+  std::istringstream in(name);
+  for (std::string s; std::getline(in, s, '/');) part.push_back(s);
+  // The number after `prefix` in `s` (1 to 5 digits).
+  auto number = [&](const std::string& s, std::string_view prefix) {
+    const std::string digits = s.substr(std::min(s.size(), prefix.size()));
+    if (!s.starts_with(prefix) || digits.empty() || digits.size() > 5 ||
+        !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      throw bad();
+    return static_cast<int32_t>(std::stoi(digits));
+  };
+  if (part.size() != 6 || (part[5] != "fullgraph" && part[5] != "nograph")) throw bad();
+  const auto kind = names::parse(names::kBuilderKinds, part[0]);
+  const auto mode = names::parse(names::kCacheModes, part[3]);
+  const bool plus_prefill = part[1].ends_with("+prefill");
+  const std::string mix = part[1].substr(0, part[1].size() - (plus_prefill ? 8 : 0));
+  const bool recoverssm = mix.starts_with("recoverssm-k");
+  const int32_t k = mix.starts_with("spec-k")             ? number(mix, "spec-k")
+                    : recoverssm                          ? number(mix, "recoverssm-k")
+                    : mix == "decode" || mix == "prefill" ? 0
+                                                          : throw bad();
+  const int32_t rows = number(part[2], "B"), groups = number(part[4], "G");
+  const int32_t prefills = mix == "prefill" ? rows : plus_prefill ? 4 : 0;
+  if (!kind || !mode || k > 9 || (mix == "prefill" && plus_prefill) || groups < 1 || rows < 1 ||
+      rows < prefills || (recoverssm && kind != BuilderKind::Kda))
+    throw bad();
   Workload w;
   w.name = name;
-  const std::string mix = m[2];
-  const bool recoverssm = mix.starts_with("recoverssm"), plus_prefill = m[5].matched;
-  const int32_t k = m[3].matched ? std::stoi(m[3]) : m[4].matched ? std::stoi(m[4]) : 0;
-  const int32_t rows = std::stoi(m[6]), groups = std::stoi(m[8]);
-  const int32_t prefills = mix == "prefill" ? rows : plus_prefill ? 4 : 0;
-  if (groups < 1 || rows < 1 || rows < prefills || (recoverssm && m[1] != "kda"))
-    throw Error("workload '" + name + "': impossible row mix, row count or group count");
   w.prefill_rows = prefills;
   w.prefill_len = prefills > 0 ? 2048 : 0;
   (mix == "decode" ? w.decode_rows : w.spec_rows) = mix == "prefill" ? 0 : rows - prefills;
   testing::RandomStep& d = w.step;
-  d.kind = *names::parse(names::kBuilderKinds, m[1].str());
+  d.kind = *kind;
   Config& c = d.config;
   c.num_spec = k;
   c.max_num_seqs = rows <= 256 ? 256 : rows <= 512 ? 512 : round_up(rows, 1024);
-  c.full_cuda_graph = m[9] == "fullgraph";
-  c.mamba_cache_mode = *names::parse(names::kCacheModes, m[7].str());
+  c.full_cuda_graph = part[5] == "fullgraph";
+  c.mamba_cache_mode = *mode;
   c.block_size = 64;
   c.num_speculative_blocks = recoverssm ? 0 : k;
   c.chunk_metadata = d.kind == BuilderKind::Gdn;
