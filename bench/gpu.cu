@@ -1,15 +1,11 @@
 #include <atomic>
-#include <string>
 #include <vector>
 
 #include "gpu.hpp"
-#include "linmeta/error.hpp"
 
 namespace linmeta::bench {
 
 namespace {
-
-constexpr unsigned long long kGateTimeoutNs = 1'000'000'000ULL;
 
 __device__ unsigned long long global_ns() {
   unsigned long long t = 0;
@@ -17,11 +13,10 @@ __device__ unsigned long long global_ns() {
   return t;
 }
 
-__global__ void gate_kernel(const volatile int32_t* open, volatile int32_t* timed_out,
-                            unsigned long long timeout_ns) {
+__global__ void gate_kernel(const volatile int32_t* open, volatile int32_t* timed_out) {
   const unsigned long long t0 = global_ns();
   while (*open == 0) {
-    if (global_ns() - t0 > timeout_ns) {
+    if (global_ns() - t0 > 1'000'000'000ULL) {
       *timed_out = 1;
       return;
     }
@@ -39,30 +34,21 @@ __global__ void busy_kernel(unsigned long long duration_ns) {
 
 }  // namespace
 
-void cuda_ok(cudaError_t err, const char* call) {
-  if (err != cudaSuccess)
-    throw Error(std::string("linmeta-bench: ") + call + " failed: " + cudaGetErrorName(err) + " (" +
-                cudaGetErrorString(err) + ")");
-}
-
 DeviceInfo probe_device() {
   DeviceInfo d;
   cudaDriverGetVersion(&d.driver_version);
   cudaRuntimeGetVersion(&d.runtime_version);
   int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    d.reason = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(err);
+  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess || count == 0) {
+    d.reason = err != cudaSuccess
+                   ? std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(err)
+                   : "cudaGetDeviceCount returned 0";
     cudaGetLastError();  // clear it so later calls do not report it
     return d;
   }
-  if (count == 0) {
-    d.reason = "cudaGetDeviceCount returned 0";
-    return d;
-  }
   cudaDeviceProp p{};
-  cuda_ok(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
-  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  cuda_check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+  cuda_check(cudaSetDevice(0), "cudaSetDevice");
   d.available = true;
   d.name = p.name;
   d.cc_major = p.major;
@@ -74,23 +60,21 @@ DeviceInfo probe_device() {
 }
 
 StreamGate::StreamGate() {
-  cuda_ok(cudaHostAlloc(reinterpret_cast<void**>(&host_), 2 * sizeof(int32_t), cudaHostAllocMapped),
-          "cudaHostAlloc(gate)");
-  host_[0] = 0;
-  host_[1] = 0;
-  cuda_ok(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev_), host_, 0),
-          "cudaHostGetDevicePointer(gate)");
+  cuda_check(
+      cudaHostAlloc(reinterpret_cast<void**>(&host_), 2 * sizeof(int32_t), cudaHostAllocMapped),
+      "cudaHostAlloc(gate)");
+  host_[0] = host_[1] = 0;
+  cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev_), host_, 0),
+             "cudaHostGetDevicePointer(gate)");
 }
 
-StreamGate::~StreamGate() {
-  if (host_ != nullptr) cudaFreeHost(host_);
-}
+StreamGate::~StreamGate() { cudaFreeHost(host_); }
 
 void StreamGate::hold(cudaStream_t stream) {
   static_cast<volatile int32_t*>(host_)[0] = 0;
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  gate_kernel<<<1, 1, 0, stream>>>(dev_, dev_ + 1, kGateTimeoutNs);
-  cuda_ok(cudaGetLastError(), "gate kernel launch");
+  gate_kernel<<<1, 1, 0, stream>>>(dev_, dev_ + 1);
+  cuda_check(cudaGetLastError(), "gate kernel launch");
 }
 
 void StreamGate::release() {
@@ -98,46 +82,41 @@ void StreamGate::release() {
   static_cast<volatile int32_t*>(host_)[0] = 1;
 }
 
-bool StreamGate::timed_out() const { return static_cast<volatile int32_t*>(host_)[1] != 0; }
-void StreamGate::reset_timeout() { static_cast<volatile int32_t*>(host_)[1] = 0; }
+bool StreamGate::take_timeout() {
+  auto* flags = static_cast<volatile int32_t*>(host_);
+  const bool t = flags[1] != 0;
+  flags[1] = 0;
+  return t;
+}
 
 void busy_device(cudaStream_t stream, double ms) {
   int sms = 1;
-  cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0),
-          "cudaDeviceGetAttribute");
+  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0),
+             "cudaDeviceGetAttribute");
   busy_kernel<<<2 * sms, 128, 0, stream>>>(static_cast<unsigned long long>(ms * 1e6));
-  cuda_ok(cudaGetLastError(), "busy kernel launch");
-  cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize(busy)");
+  cuda_check(cudaGetLastError(), "busy kernel launch");
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize(busy)");
 }
 
 void launch_empty_kernel(cudaStream_t stream) {
   empty_kernel<<<1, 1, 0, stream>>>();
-  cuda_ok(cudaGetLastError(), "empty kernel launch");
+  cuda_check(cudaGetLastError(), "empty kernel launch");
 }
 
 GraphNodes count_nodes(cudaGraph_t graph) {
   size_t n = 0;
-  cuda_ok(cudaGraphGetNodes(graph, nullptr, &n), "cudaGraphGetNodes");
+  cuda_check(cudaGraphGetNodes(graph, nullptr, &n), "cudaGraphGetNodes");
   std::vector<cudaGraphNode_t> nodes(n);
-  if (n > 0) cuda_ok(cudaGraphGetNodes(graph, nodes.data(), &n), "cudaGraphGetNodes");
+  if (n > 0) cuda_check(cudaGraphGetNodes(graph, nodes.data(), &n), "cudaGraphGetNodes");
   GraphNodes c;
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type{};
-    cuda_ok(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType");
-    if (type == cudaGraphNodeTypeKernel)
-      ++c.kernels;
-    else if (type == cudaGraphNodeTypeMemcpy)
-      ++c.memcpys;
-    else
-      ++c.others;
+    cuda_check(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType");
+    ++(type == cudaGraphNodeTypeKernel   ? c.kernels
+       : type == cudaGraphNodeTypeMemcpy ? c.memcpys
+                                         : c.others);
   }
   return c;
-}
-
-float elapsed_ms(cudaEvent_t start, cudaEvent_t stop) {
-  float ms = 0;
-  cuda_ok(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-  return ms;
 }
 
 }  // namespace linmeta::bench

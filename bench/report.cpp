@@ -1,437 +1,395 @@
-#include "report.hpp"
-
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
+#include <fstream>
 #include <limits>
-#include <map>
-#include <optional>
 #include <string_view>
-#include <vector>
 
-#include "json_writer.hpp"
+#include "bench.hpp"
+#include "names.hpp"
 
-namespace linmeta::bench {
+namespace linmeta {
+
+// JSON of the library's types, for the bench's --json.
+void to_json(nlohmann::json& j, CacheMode m) { j = std::string(names::cache_mode_name(m)); }
+void from_json(const nlohmann::json& j, CacheMode& m) {
+  m = names::parse(names::kCacheModes, j.get<std::string>()).value_or(CacheMode::None);
+}
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Config, num_spec, max_num_seqs, max_num_batched_tokens,
+                                   full_cuda_graph, max_cudagraph_capture_size, mamba_cache_mode,
+                                   block_size, num_speculative_blocks, chunk_metadata,
+                                   use_recoverssm, num_prefill_checkpoint_blocks)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepCounts, num_prefills, num_prefill_tokens, num_decodes,
+                                   num_decode_tokens, num_spec_decodes, num_spec_decode_tokens,
+                                   num_actual_tokens)
+
+namespace bench {
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DeviceInfo, available, reason, name, driver_version,
+                                   runtime_version, cc_major, cc_minor, sm_count, clock_khz,
+                                   memory_bytes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GraphNodes, kernels, memcpys, others)
 
 namespace {
 
-constexpr std::string_view kNone = "-";
+using nlohmann::json;
 
-// Reference targets on an H200 (the issue): headline step, decode-only B=1024, per-row slope.
-constexpr std::string_view kHeadline = "gdn/spec-k3/B256/align/G4/fullgraph";
-constexpr std::string_view kDecode1024 = "gdn/decode/B1024/none/G1/fullgraph";
-// Families fitted for the per-row slope: prefix, suffix around "B<rows>".
-constexpr std::string_view kDecodeFamily[2] = {"gdn/decode/B", "/none/G1/fullgraph"};
-constexpr std::string_view kSpecFamily[2] = {"gdn/spec-k3/B", "/align/G1/fullgraph"};
-constexpr double kHeadlineHostUs = 10, kHeadlineGraphUs = 5, kHeadlineFloorRatio = 1.5;
-constexpr double kDecode1024HostUs = 8, kNsPerRow = 5;
+// Reference targets on an H200 (issue 10): the headline over the empty launch's floor, and the
+// host time per row of two families (prefix, suffix around "B<rows>", label).
+constexpr std::string_view kFamilies[][3] = {{"gdn/decode/B", "/none/G1/fullgraph", "decode"},
+                                             {"gdn/spec-k3/B", "/align/G1/fullgraph", "spec-k3"}};
+constexpr double kFloorRatio = 1.5, kNsPerRow = 4;
 
 std::string us(double v) { return fmt::format("{:.2f}", v); }
-
-/// Batches in two modes: the slowest batch over 1.5x the fastest (device timings are
-/// otherwise within a few percent).
-bool two_modes(const Summary& s) { return s.count > 1 && s.max > 1.5 * s.min; }
-std::string mark(bool two) { return two ? "*" : ""; }
-std::string kib(int64_t bytes) {
-  return fmt::format("{:.1f}", static_cast<double>(bytes) / 1024.0);
-}
+std::string pct(double v) { return fmt::format("{:.1f}", 100 * v); }
+std::string kib(int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / 1024); }
 double ratio(double a, double b) {
   return b > 0 ? a / b : std::numeric_limits<double>::quiet_NaN();
 }
-
+/// GPU batches in two modes: the slowest batch over 1.5x the fastest.
+bool two_modes(const Summary& s) { return s.count > 1 && s.max > 1.5 * s.min; }
 std::string driver(int v) {
   return v == 0 ? std::string("none") : fmt::format("{}.{} ({})", v / 1000, (v % 1000) / 10, v);
 }
 
-const Result* find(std::span<const Result> results, std::string_view name) {
-  for (const Result& r : results)
-    if (r.workload->name == name && r.error.empty()) return &r;
-  return nullptr;
+/// The heading of column `c` on one line ("host us p99"), the group carried from the left.
+std::string heading(const Table& t, size_t c) {
+  std::string top;
+  for (size_t i = 0; i <= c; ++i)
+    if (!t.columns[i].top.empty()) top = t.columns[i].top;
+  const std::string& bottom = t.columns[c].bottom;
+  return top.empty() ? bottom : bottom.empty() ? top : top + " " + bottom;
 }
 
-struct Column {
-  std::string_view top, bottom;
-  bool left = false;
-};
-
-void print_rows(std::FILE* out, const std::vector<Column>& cols,
-                const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width(cols.size());
-  for (size_t c = 0; c < cols.size(); ++c) {
-    width[c] = std::max(cols[c].top.size(), cols[c].bottom.size());
-    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
-  }
-  auto line = [&](auto cell) {
-    std::string s;
-    for (size_t c = 0; c < cols.size(); ++c) {
-      if (c > 0) s += "  ";
-      const std::string_view v = cell(c);
-      const std::string pad(width[c] - v.size(), ' ');
-      s += cols[c].left ? std::string(v) + pad : pad + std::string(v);
-    }
-    while (!s.empty() && s.back() == ' ') s.pop_back();
-    fmt::print(out, "{}\n", s);
-  };
-  line([&](size_t c) { return cols[c].top; });
-  line([&](size_t c) { return cols[c].bottom; });
-  for (const auto& row : rows) line([&](size_t c) { return std::string_view(row[c]); });
-}
-
-void summary_json(JsonWriter& j, std::string_view key, const Summary& s) {
-  j.key(key).begin_object();
-  j.field("median", s.median).field("p99", s.p99).field("mean", s.mean);
-  j.field("min", s.min).field("max", s.max);
-  j.end_object();
-}
-
-const char* mode_name(CacheMode m) {
-  return m == CacheMode::None ? "none" : m == CacheMode::All ? "all" : "align";
+std::string csv_cell(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
 }
 
 }  // namespace
+
+void write_table(std::FILE* out, const Table& t, Format f) {
+  const size_t n = t.columns.size();
+  auto line = [&](auto cell, const char* sep, const char* begin, const char* end) {
+    std::string s = begin;
+    for (size_t c = 0; c < n; ++c) s.append(c > 0 ? sep : "").append(cell(c));
+    s += end;
+    if (f == Format::Text) s.erase(s.find_last_not_of(' ') + 1);
+    fmt::print(out, "{}\n", s);
+  };
+  if (f == Format::Csv) {
+    line([&](size_t c) { return csv_cell(heading(t, c)); }, ",", "", "");
+    for (const auto& row : t.rows) line([&](size_t c) { return csv_cell(row[c]); }, ",", "", "");
+  } else if (f == Format::Markdown) {
+    line([&](size_t c) { return heading(t, c); }, " | ", "| ", " |");
+    line([&](size_t c) { return std::string(t.columns[c].left ? ":--" : "--:"); }, " | ", "| ",
+         " |");
+    for (const auto& row : t.rows) line([&](size_t c) { return row[c]; }, " | ", "| ", " |");
+  } else {
+    std::vector<size_t> w(n);
+    for (size_t c = 0; c < n; ++c) {
+      w[c] = std::max(t.columns[c].top.size(), t.columns[c].bottom.size());
+      for (const auto& row : t.rows) w[c] = std::max(w[c], row[c].size());
+    }
+    auto aligned = [&](size_t c, const std::string& v) {
+      const std::string pad(w[c] - v.size(), ' ');
+      return t.columns[c].left ? v + pad : pad + v;
+    };
+    line([&](size_t c) { return aligned(c, t.columns[c].top); }, "  ", "", "");
+    line([&](size_t c) { return aligned(c, t.columns[c].bottom); }, "  ", "", "");
+    for (const auto& row : t.rows) line([&](size_t c) { return aligned(c, row[c]); }, "  ", "", "");
+  }
+}
 
 void print_header(std::FILE* out, const RunInfo& info) {
   fmt::print(out, "linmeta-bench {} ({} build), {}\n", info.version, info.build_type,
              info.date_utc);
   const DeviceInfo& d = info.device;
-  if (d.available) {
+  if (d.available)
     fmt::print(out, "device: {} (sm_{}{}, {} SMs, {:.1f} GiB), driver {}, runtime {}\n", d.name,
-               d.cc_major, d.cc_minor, d.sm_count,
-               static_cast<double>(d.memory_bytes) / (1024.0 * 1024.0 * 1024.0),
+               d.cc_major, d.cc_minor, d.sm_count, static_cast<double>(d.memory_bytes) / (1 << 30),
                driver(d.driver_version), driver(d.runtime_version));
-  } else {
+  else
     fmt::print(out, "device: none ({}), driver {}, runtime {}\n", d.reason,
                driver(d.driver_version), driver(d.runtime_version));
-  }
   fmt::print(
       out, "host:   {} ({} threads){}\n", info.cpu, info.cpu_threads,
       info.pinned_cpu >= 0 ? fmt::format(", timing thread pinned to CPU {}", info.pinned_cpu) : "");
   const Settings& s = info.settings;
-  if (info.cuda_target) {
-    fmt::print(
-        out,
-        "target: cuda. Host: {} timed builds per workload after {} warm-up (staging_slots {}, "
-        "capture_slots {}). GPU: median of {} gated batches of {} builds (eager) and {} of {} "
-        "graph replays\n",
-        s.host_reps, s.warmup, s.staging_slots, s.capture_slots, s.eager_batches, s.eager_batch,
-        s.graph_batches, s.graph_batch);
-  } else {
-    fmt::print(out, "target: host. {} timed builds per workload after {} warm-up\n", s.host_reps,
-               s.warmup);
-    if (!d.available)
-      fmt::print(
-          out,
-          "NOTE: no CUDA device: GPU figures skipped, host target only (GPU columns show -).\n");
-    else
-      fmt::print(out, "NOTE: --target host: GPU figures skipped (GPU columns show -).\n");
+  fmt::print(out, "target: {}. Host: >= {} timed builds and >= {} s per workload after {} warm-up",
+             info.cuda_target ? "cuda" : "host", s.host_reps, s.min_time_s, s.warmup);
+  if (info.cuda_target)
     fmt::print(out,
-               "      On the host target 'enq' is the element work done on the CPU, not a copy + "
-               "launch.\n");
-  }
-  if (!info.filter.empty()) fmt::print(out, "filter: {}\n", info.filter);
+               " (staging_slots {}, capture_slots {}). GPU: median of >= {} gated batches of {} "
+               "builds (eager) and >= {} of {} graph replays\n",
+               s.staging_slots, s.capture_slots, s.eager_batches, s.eager_batch, s.graph_batches,
+               s.graph_batch);
+  else
+    fmt::print(out,
+               "\nNOTE: {}: no GPU figures. On the host target 'enq' is the element work done on "
+               "the CPU, not a launch.\n",
+               d.available ? "--target host" : "no CUDA device");
+  if (!info.selection.empty()) fmt::print(out, "selection: {}\n", info.selection);
   fmt::print(out, "\n");
 }
 
-void print_table(std::FILE* out, std::span<const Result> results, const RunInfo& info) {
-  const std::vector<Column> cols = {
-      {"workload", "", true}, {"host us", "med"}, {"", "p99"},         {"plan", "med"},
-      {"pack", "med"},        {"enq", "med"},     {"GPU us", "eager"}, {"", "graph"},
-      {"x floor", "eager"},   {"", "graph"},      {"upload", "bytes"}, {"launch", "/step"},
-      {"pinned", "KiB"},      {"device", "KiB"},  {"vLLM py", "us"},
-  };
-  std::vector<std::vector<std::string>> rows;
-  bool any_two_modes = false;
+Table results_table(std::span<const Result> results, const RunInfo& info) {
+  const bool gpu = info.cuda_target;
+  Table t;
+  t.columns = {{"workload", "", true}, {"host us", "med"}, {"", "p99"},     {"", "stddev"},
+               {"", "noise%"},         {"plan", "med"},    {"pack", "med"}, {"enq", "med"}};
+  if (gpu)
+    t.columns.insert(t.columns.end(), {{"GPU us", "eager"},
+                                       {"", "graph"},
+                                       {"x floor", "eager"},
+                                       {"", "graph"},
+                                       {"launch", "/step"},
+                                       {"param", "bytes"},
+                                       {"pinned", "KiB"}});
+  t.columns.insert(t.columns.end(), {{"upload", "bytes"}, {"device", "KiB"}});
+  if (gpu) t.columns.push_back({"vLLM py", "us"});
+  t.columns.push_back({"note", "", true});
   for (const Result& r : results) {
-    const Workload& w = *r.workload;
+    std::vector<std::string> row = {r.workload->name};
     if (!r.error.empty()) {
-      std::vector<std::string> row(cols.size(), std::string(kNone));
-      row[0] = w.name;
-      row[1] = "ERROR";
-      rows.push_back(std::move(row));
+      row.resize(t.columns.size(), "-");
+      row.back() = "ERROR";
+      t.rows.push_back(std::move(row));
       continue;
     }
-    std::vector<std::string> row = {w.name,
-                                    us(r.total.median),
-                                    us(r.total.p99),
-                                    us(r.plan.median),
-                                    us(r.pack.median),
-                                    us(r.enqueue.median)};
+    std::vector<std::string> notes;
+    if (r.total.noisy()) notes.emplace_back("noisy");
+    row.insert(row.end(),
+               {us(r.total.median), us(r.total.p99), us(r.total.stddev), pct(r.total.noise()),
+                us(r.plan.median), us(r.pack.median), us(r.enqueue.median)});
     if (r.gpu) {
       const GpuFigures& g = *r.gpu;
-      const bool eager2 = two_modes(g.eager_us), graph2 = two_modes(g.graph_us);
-      const bool floor_eager2 = two_modes(g.floor.eager_us),
-                 floor_graph2 = two_modes(g.floor.graph_us);
-      any_two_modes = any_two_modes || eager2 || graph2 || floor_eager2 || floor_graph2;
-      row.push_back(us(g.eager_us.median) + mark(eager2));
-      row.push_back(us(g.graph_us.median) + mark(graph2));
-      row.push_back(fmt::format("{:.2f}", ratio(g.eager_us.median, g.floor.eager_us.median)) +
-                    mark(eager2 || floor_eager2));
-      row.push_back(fmt::format("{:.2f}", ratio(g.graph_us.median, g.floor.graph_us.median)) +
-                    mark(graph2 || floor_graph2));
-    } else {
-      row.insert(row.end(), 4, std::string(kNone));
+      if (two_modes(g.eager) || two_modes(g.graph) || two_modes(g.floor.eager) ||
+          two_modes(g.floor.graph))
+        notes.emplace_back("2 modes");
+      if (g.gate_timed_out) notes.emplace_back("gate timeout");
+      row.insert(
+          row.end(),
+          {us(g.eager.median), us(g.graph.median), us(ratio(g.eager.median, g.floor.eager.median)),
+           us(ratio(g.graph.median, g.floor.graph.median)), fmt::format("{}", g.nodes.kernels),
+           fmt::format("{}", r.param_bytes), kib(r.pinned_bytes)});
     }
-    row.push_back(fmt::format("{}", r.upload_bytes));
-    row.push_back(r.gpu ? fmt::format("{}", r.gpu->nodes.kernels) : std::string(kNone));
-    row.push_back(info.cuda_target ? kib(r.pinned_bytes) : std::string(kNone));
-    row.push_back(kib(r.buffer_bytes));
-    row.push_back(w.vllm_py_us > 0 ? fmt::format("{:.0f}", w.vllm_py_us) : std::string());
-    rows.push_back(std::move(row));
+    row.insert(row.end(), {fmt::format("{}", r.upload_bytes), kib(r.buffer_bytes)});
+    if (gpu)
+      row.push_back(r.workload->vllm_py_us > 0 ? fmt::format("{:.0f}", r.workload->vllm_py_us)
+                                               : "");
+    std::string note;
+    for (const auto& s : notes) note += (note.empty() ? "" : ", ") + s;
+    row.push_back(note);
+    t.rows.push_back(std::move(row));
   }
-  print_rows(out, cols, rows);
-  if (any_two_modes)
-    fmt::print(
-        out,
-        "* its timed batches fell into two modes (slowest batch > 1.5x the fastest; e.g. 8.2 vs "
-        "16.4 us): the\n  median is the more frequent mode. JSON has min/max per figure and "
-        "x_floor_*_best (fastest batch over fastest floor batch).\n");
-  for (const Result& r : results)
-    if (!r.error.empty()) fmt::print(out, "ERROR {}: {}\n", r.workload->name, r.error);
-  for (const Result& r : results)
-    if (r.gpu && r.gpu->gate_timed_out)
-      fmt::print(
-          out, "WARNING {}: the stream gate timed out; its GPU figures include host enqueue time\n",
-          r.workload->name);
+  return t;
 }
 
-void print_targets(std::FILE* out, std::span<const Result> results, const RunInfo& info) {
-  std::vector<std::string> lines;
-  auto verdict = [&](double v, double limit) {
-    if (!info.cuda_target) return std::string();
-    return v <= limit ? std::string("  ok") : std::string("  OVER");
-  };
-  if (const Result* h = find(results, kHeadline)) {
-    lines.push_back(fmt::format("{}: host {} us (target <= {:.0f}){}", kHeadline,
-                                us(h->total.median), kHeadlineHostUs,
-                                verdict(h->total.median, kHeadlineHostUs)));
-    if (h->gpu) {
-      const GpuFigures& g = *h->gpu;
-      const double x = ratio(g.graph_us.median, g.floor.graph_us.median);
-      const double best = ratio(g.graph_us.min, g.floor.graph_us.min);
-      lines.push_back(
-          fmt::format("{}: GPU in a graph {} us (target <= {:.0f}){}, {:.2f}x the floor "
-                      "(target <= {:.1f}){}",
-                      kHeadline, us(g.graph_us.median), kHeadlineGraphUs,
-                      verdict(g.graph_us.median, kHeadlineGraphUs), x, kHeadlineFloorRatio,
-                      verdict(x, kHeadlineFloorRatio)));
-      lines.push_back(fmt::format(
-          "{}: fastest batch {} us in a graph, floor {} us ({} bytes + launch), "
-          "{:.2f}x",
-          kHeadline, us(g.graph_us.min), us(g.floor.graph_us.min), h->upload_bytes, best));
-    }
+Table floors_table(const Bench& bench) {
+  Table t;
+  t.columns = {{"bytes", "N"}, {"host us", "med"},
+               {"", "p99"},    {"GPU eager us", "copy+launch"},
+               {"", "copy"},   {"GPU graph us", "copy+launch"},
+               {"", "copy"}};
+  for (const auto& [bytes, f] : bench.floors)
+    t.rows.push_back({fmt::format("{}", bytes), us(f.host.median), us(f.host.p99),
+                      us(f.eager.median), us(f.copy_eager.median), us(f.graph.median),
+                      us(f.copy_graph.median)});
+  if (const auto& k = bench.launch_floor)
+    t.rows.push_back({"launch", us(k->host.median), us(k->host.p99), us(k->eager.median), "-",
+                      us(k->graph.median), "-"});
+  return t;
+}
+
+void print_notes(std::FILE* out, std::span<const Result> results) {
+  bool noisy = false, timeout = false;
+  for (const Result& r : results) {
+    if (!r.error.empty()) fmt::print(out, "ERROR {}: {}\n", r.workload->name, r.error);
+    noisy = noisy || (r.error.empty() && r.total.noisy());
+    timeout = timeout || (r.gpu && r.gpu->gate_timed_out);
   }
-  if (const Result* d = find(results, kDecode1024))
-    lines.push_back(fmt::format("{}: host {} us (target <= {:.0f}){}", kDecode1024,
-                                us(d->total.median), kDecode1024HostUs,
-                                verdict(d->total.median, kDecode1024HostUs)));
-  // Least-squares slope of the host medians over one family of workloads (names
-  // prefix + "B<rows>" + suffix), total and plan phase.
-  auto slope = [&](std::string_view prefix, std::string_view suffix, const char* what) {
-    std::vector<const Result*> pts;
-    for (const Result& r : results) {
-      const std::string_view n = r.workload->name;
-      if (r.error.empty() && n.size() > prefix.size() + suffix.size() && n.starts_with(prefix) &&
-          n.ends_with(suffix))
-        pts.push_back(&r);
+  if (noisy)
+    fmt::print(
+        out,
+        "WARNING noisy: a host mean above 1.5x its median (some builds were much slower, "
+        "e.g. preempted): trust the median, or rerun with --pin-cpu on a quieter machine.\n");
+  if (timeout)
+    fmt::print(out,
+               "WARNING gate timeout: the stream gate gave up (1 s) before the host had enqueued "
+               "a batch: those GPU figures include host enqueue time.\n");
+  fmt::print(out,
+             "noise% = interquartile range / median of the host samples. '2 modes': GPU batches "
+             "fell into two modes (slowest > 1.5x fastest; the JSON has min/max).\n");
+}
+
+void print_targets(std::FILE* out, std::span<const Result> results, const Bench& bench) {
+  std::vector<std::string> lines;
+  auto target = [&](const std::string& what, double v, double limit, const char* unit) {
+    lines.push_back(fmt::format("{}: {:.2f}{} (target <= {}{}) {}", what, v, unit, limit, unit,
+                                v <= limit ? "ok" : "OVER"));
+  };
+  const auto& k = bench.launch_floor;
+  for (const Result& h : results)
+    if (h.workload->name == kHeadline && h.gpu && k) {
+      target(fmt::format("{}: host {} us / empty launch host {} us", kHeadline, us(h.total.median),
+                         us(k->host.median)),
+             ratio(h.total.median, k->host.median), kFloorRatio, "x");
+      target(fmt::format("{}: GPU in a graph {} us / empty kernel {} us", kHeadline,
+                         us(h.gpu->graph.median), us(k->graph.median)),
+             ratio(h.gpu->graph.median, k->graph.median), kFloorRatio, "x");
     }
-    if (pts.size() < 2) return;
-    auto fit = [&](auto value) {
-      double mx = 0, my = 0;
+  // Least-squares slope of the host medians (total and plan) over a family "prefix B<rows> suffix".
+  for (const auto& [prefix, suffix, what] : kFamilies) {
+    std::vector<const Result*> pts;
+    for (const Result& r : results)
+      if (r.error.empty() && r.workload->name.starts_with(prefix) &&
+          r.workload->name.ends_with(suffix))
+        pts.push_back(&r);
+    if (pts.size() < 2) continue;
+    auto slope = [&](Summary Result::*figure) {
+      const auto n = static_cast<double>(pts.size());
+      double mx = 0, my = 0, sxy = 0, sxx = 0;
       for (const Result* r : pts) {
-        mx += r->rows;
-        my += value(*r);
+        mx += r->workload->step.num_reqs / n;
+        my += (r->*figure).median / n;
       }
-      mx /= static_cast<double>(pts.size());
-      my /= static_cast<double>(pts.size());
-      double sxy = 0, sxx = 0;
       for (const Result* r : pts) {
-        sxy += (r->rows - mx) * (value(*r) - my);
-        sxx += (r->rows - mx) * (r->rows - mx);
+        sxy += (r->workload->step.num_reqs - mx) * ((r->*figure).median - my);
+        sxx += (r->workload->step.num_reqs - mx) * (r->workload->step.num_reqs - mx);
       }
       return sxx > 0 ? 1000.0 * sxy / sxx : std::numeric_limits<double>::quiet_NaN();
     };
-    const double total = fit([](const Result& r) { return r.total.median; });
-    const double plan = fit([](const Result& r) { return r.plan.median; });
-    std::string rows;
-    for (const Result* r : pts) rows += fmt::format("{}B{}", rows.empty() ? "" : ",", r->rows);
-    lines.push_back(fmt::format(
-        "host time per row, {} ({}, least squares): {:.2f} ns/row (target <= {:.0f}){}; "
-        "plan phase {:.2f} ns/row",
-        what, rows, total, kNsPerRow, verdict(total, kNsPerRow), plan));
-  };
-  slope(kDecodeFamily[0], kDecodeFamily[1], "decode");
-  slope(kSpecFamily[0], kSpecFamily[1], "spec-k3 align");
+    target(fmt::format("host time per row, {} ({} workloads, least squares; plan phase {:.2f} "
+                       "ns/row)",
+                       what, pts.size(), slope(&Result::plan)),
+           slope(&Result::total), kNsPerRow, " ns/row");
+  }
   for (const Result& r : results)
     if (r.error.empty() && r.workload->vllm_py_us > 0)
       lines.push_back(fmt::format("{}: vLLM Python builder {:.0f} us / {} us = {:.0f}x",
                                   r.workload->name, r.workload->vllm_py_us, us(r.total.median),
                                   r.workload->vllm_py_us / r.total.median));
   if (lines.empty()) return;
-  fmt::print(out, "\nReference targets (H200, cuda target){}:\n",
-             info.cuda_target ? "" : " - not comparable: this run is the host target");
+  fmt::print(out, "\nReference targets (issue 10, H200, cuda target):\n");
   for (const auto& l : lines) fmt::print(out, "  {}\n", l);
 }
 
-void print_floors(std::FILE* out, const std::map<int64_t, Floor>& floors,
-                  const std::optional<Floor>& launch_floor) {
-  if (floors.empty()) return;
-  fmt::print(out,
-             "\nFloors (per step: one cudaMemcpyAsync of N pinned bytes + one empty kernel launch; "
-             "'copy' = the copy alone; last row = the launch alone):\n");
-  const std::vector<Column> cols = {
-      {"bytes", "N"}, {"host us", "med"},
-      {"", "p99"},    {"GPU eager us", "copy+launch"},
-      {"", "copy"},   {"GPU graph us", "copy+launch"},
-      {"", "copy"},
-  };
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& [bytes, f] : floors)
-    rows.push_back({fmt::format("{}", bytes), us(f.host_us.median), us(f.host_us.p99),
-                    us(f.eager_us.median) + mark(two_modes(f.eager_us)),
-                    us(f.copy_eager_us.median) + mark(two_modes(f.copy_eager_us)),
-                    us(f.graph_us.median) + mark(two_modes(f.graph_us)),
-                    us(f.copy_graph_us.median) + mark(two_modes(f.copy_graph_us))});
-  if (launch_floor) {
-    const Floor& k = *launch_floor;
-    rows.push_back({"launch", us(k.host_us.median), us(k.host_us.p99), us(k.eager_us.median),
-                    std::string(kNone), us(k.graph_us.median), std::string(kNone)});
-  }
-  print_rows(out, cols, rows);
-}
-
-std::string to_json(std::span<const Result> results, const RunInfo& info,
-                    const std::map<int64_t, Floor>& floors,
-                    const std::optional<Floor>& launch_floor) {
-  JsonWriter j;
-  j.begin_object();
-  j.field("bench", "linmeta-bench")
-      .field("version", info.version)
-      .field("build_type", info.build_type);
-  j.field("date_utc", info.date_utc).field("target", info.cuda_target ? "cuda" : "host");
-  j.field("filter", info.filter).field("wall_s", info.wall_s);
-  j.field("gpu_figures_skipped", !info.cuda_target);
-  j.key("host")
-      .begin_object()
-      .field("cpu", info.cpu)
-      .field("threads", static_cast<int32_t>(info.cpu_threads));
-  j.field("pinned_cpu", info.pinned_cpu).end_object();
-  const DeviceInfo& d = info.device;
-  j.key("device").begin_object();
-  j.field("available", d.available);
-  if (d.available) {
-    j.field("name", d.name)
-        .field("compute_capability", fmt::format("{}.{}", d.cc_major, d.cc_minor));
-    j.field("sm_count", d.sm_count)
-        .field("clock_khz", d.clock_khz)
-        .field("memory_bytes", d.memory_bytes);
-  } else {
-    j.field("gpu_skipped_reason", d.reason);
-  }
-  j.field("driver_version", d.driver_version).field("runtime_version", d.runtime_version);
-  j.end_object();
-  const Settings& s = info.settings;
-  j.key("settings").begin_object();
-  j.field("host_reps", s.host_reps).field("warmup", s.warmup);
-  j.field("eager_batch", s.eager_batch).field("eager_batches", s.eager_batches);
-  j.field("graph_batch", s.graph_batch).field("graph_batches", s.graph_batches);
-  j.field("staging_slots", s.staging_slots).field("capture_slots", s.capture_slots);
-  j.end_object();
-
-  j.key("workloads").begin_array();
+std::string to_json(std::span<const Result> results, const RunInfo& info, const Bench& bench) {
+  json j = {
+      {"bench", "linmeta-bench"},
+      {"version", info.version},
+      {"build_type", info.build_type},
+      {"date_utc", info.date_utc},
+      {"target", info.cuda_target ? "cuda" : "host"},
+      {"selection", info.selection},
+      {"wall_s", info.wall_s},
+      {"host", {{"cpu", info.cpu}, {"threads", info.cpu_threads}, {"pinned_cpu", info.pinned_cpu}}},
+      {"device", info.device},
+      {"settings", info.settings},
+      {"workloads", json::array()},
+      {"floors", json::array()}};
   for (const Result& r : results) {
     const Workload& w = *r.workload;
-    const Config& c = w.config;
-    j.begin_object();
-    j.field("name", w.name).field("builder", w.kind == BuilderKind::Gdn ? "gdn" : "kda");
-    j.field("groups", w.groups).field("headline", w.headline);
-    j.key("config").begin_object();
-    j.field("num_spec", c.num_spec).field("max_num_seqs", c.max_num_seqs);
-    j.field("max_num_batched_tokens", c.max_num_batched_tokens)
-        .field("full_cuda_graph", c.full_cuda_graph);
-    j.field("mamba_cache_mode", mode_name(c.mamba_cache_mode)).field("block_size", c.block_size);
-    j.field("num_speculative_blocks", c.num_speculative_blocks)
-        .field("chunk_metadata", c.chunk_metadata);
-    j.field("use_recoverssm", c.use_recoverssm);
-    j.field("num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks);
-    j.end_object();
-    j.key("step").begin_object();
-    j.field("spec_rows", w.shape.spec_rows).field("decode_rows", w.shape.decode_rows);
-    j.field("prefill_rows", w.shape.prefill_rows).field("prefill_len", w.shape.prefill_len);
-    j.field("pad_rows", w.shape.pad_rows).field("rows", r.rows).field("tokens", r.tokens);
-    j.end_object();
+    json o = {{"name", w.name},
+              {"builder", names::builder_kind_name(w.step.kind)},
+              {"groups", w.groups()},
+              {"headline", w.headline},
+              {"config", w.step.config},
+              {"step",
+               {{"spec_rows", w.spec_rows},
+                {"decode_rows", w.decode_rows},
+                {"prefill_rows", w.prefill_rows},
+                {"prefill_len", w.prefill_len},
+                {"rows", w.step.num_reqs},
+                {"tokens", w.step.num_actual_tokens},
+                {"capture", w.step.capture}}}};
     if (!r.error.empty()) {
-      j.field("error", r.error);
-      j.end_object();
+      o["error"] = r.error;
+      j["workloads"].push_back(o);
       continue;
     }
-    j.key("metadata").begin_object();
-    j.field("num_decodes", r.num_decodes).field("num_decode_tokens", r.num_decode_tokens);
-    j.field("num_spec_decodes", r.num_spec_decodes)
-        .field("num_spec_decode_tokens", r.num_spec_decode_tokens);
-    j.field("num_prefills", r.num_prefills).field("num_prefill_tokens", r.num_prefill_tokens);
-    j.end_object();
-    j.key("host_us").begin_object();
-    summary_json(j, "total", r.total);
-    summary_json(j, "plan", r.plan);
-    summary_json(j, "pack", r.pack);
-    summary_json(j, "enqueue", r.enqueue);
-    j.end_object();
-    j.key("gpu_us");
+    o.update({{"metadata", r.counts},
+              {"host_us",
+               {{"total", r.total}, {"plan", r.plan}, {"pack", r.pack}, {"enqueue", r.enqueue}}},
+              {"gpu_us", nullptr},
+              {"graph_nodes", nullptr},
+              {"upload_bytes", r.upload_bytes},
+              {"pinned_bytes", r.pinned_bytes},
+              {"buffer_bytes", r.buffer_bytes},
+              {"param_bytes", info.cuda_target ? json(r.param_bytes) : json(nullptr)},
+              {"vllm_py_us", w.vllm_py_us > 0 ? json(w.vllm_py_us) : json(nullptr)}});
     if (r.gpu) {
       const GpuFigures& g = *r.gpu;
-      j.begin_object();
-      summary_json(j, "eager", g.eager_us);
-      summary_json(j, "eager_ungated", g.eager_ungated_us);
-      summary_json(j, "graph", g.graph_us);
-      j.field("floor_eager", g.floor.eager_us.median).field("floor_graph", g.floor.graph_us.median);
-      j.field("x_floor_eager", ratio(g.eager_us.median, g.floor.eager_us.median));
-      j.field("x_floor_graph", ratio(g.graph_us.median, g.floor.graph_us.median));
-      j.field("x_floor_eager_best", ratio(g.eager_us.min, g.floor.eager_us.min));
-      j.field("x_floor_graph_best", ratio(g.graph_us.min, g.floor.graph_us.min));
-      j.field("gate_timed_out", g.gate_timed_out);
-      j.end_object();
-      j.field("launches_per_step", g.nodes.kernels).field("memcpys_per_step", g.nodes.memcpys);
-      j.field("other_graph_nodes", g.nodes.others);
-    } else {
-      j.null();
-      j.key("launches_per_step").null();
+      o["gpu_us"] = {{"eager", g.eager},
+                     {"eager_ungated", g.eager_ungated},
+                     {"graph", g.graph},
+                     {"floor", g.floor},
+                     {"x_floor_eager", ratio(g.eager.median, g.floor.eager.median)},
+                     {"x_floor_graph", ratio(g.graph.median, g.floor.graph.median)},
+                     {"gate_timed_out", g.gate_timed_out}};
+      o["graph_nodes"] = g.nodes;
+      if (w.vllm_py_us > 0) o["speedup_vs_vllm_py"] = w.vllm_py_us / r.total.median;
     }
-    j.field("upload_bytes", r.upload_bytes);
-    j.field("pinned_bytes", r.pinned_bytes).field("buffer_bytes", r.buffer_bytes);
-    j.key("vllm_py_us");
-    if (w.vllm_py_us > 0) {
-      j.value(w.vllm_py_us);
-      j.field("speedup_vs_vllm_py", w.vllm_py_us / r.total.median);
-    } else {
-      j.null();
-    }
-    j.end_object();
+    j["workloads"].push_back(o);
   }
-  j.end_array();
-
-  j.key("floors").begin_array();
-  auto floor_json = [&](std::optional<int64_t> bytes, const Floor& f) {
-    j.begin_object();
-    j.key("bytes");
-    if (bytes)
-      j.value(*bytes);
-    else
-      j.null();
-    summary_json(j, "host", f.host_us);
-    summary_json(j, "eager", f.eager_us);
-    summary_json(j, "graph", f.graph_us);
-    if (bytes) {
-      summary_json(j, "copy_eager", f.copy_eager_us);
-      summary_json(j, "copy_graph", f.copy_graph_us);
-    }
-    j.end_object();
+  auto floor_json = [&](const Floor& f, const json& bytes) {
+    json o = f;
+    o["bytes"] = bytes;
+    j["floors"].push_back(o);
   };
-  for (const auto& [bytes, f] : floors) floor_json(bytes, f);
-  if (launch_floor) floor_json(std::nullopt, *launch_floor);
-  j.end_array();
-  j.end_object();
-  return j.str() + "\n";
+  for (const auto& [bytes, f] : bench.floors) floor_json(f, bytes);
+  if (bench.launch_floor) floor_json(*bench.launch_floor, nullptr);
+  return j.dump(2) + "\n";
 }
 
-}  // namespace linmeta::bench
+Table compare_table(const std::string& a_path, const std::string& b_path) {
+  auto load = [](const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw Error("cannot open " + path);
+    try {
+      return json::parse(in).at("workloads");
+    } catch (const json::exception& e) {
+      throw Error(path + ": not a linmeta-bench --json file (" + e.what() + ")");
+    }
+  };
+  const json a = load(a_path), b = load(b_path);
+  Table t;
+  t.columns = {
+      {"workload", "", true}, {"host us", "A"},      {"", "B"}, {"", "B/A"}, {"", "noise%"},
+      {"", "change", true},   {"GPU graph us", "A"}, {"", "B"}, {"", "B/A"}, {"", "noise%"},
+      {"", "", true}};
+  // One figure: A, B, B / A, the larger relative noise of the two, and whether the ratio is
+  // outside that noise.
+  auto figure = [](const json& x, const json& y, std::vector<std::string>& row) {
+    if (!x.is_object() || !y.is_object()) {
+      row.insert(row.end(), {"-", "-", "-", "-", ""});
+      return;
+    }
+    const Summary sa = x.get<Summary>(), sb = y.get<Summary>();
+    const double r = ratio(sb.median, sa.median), noise = std::max(sa.noise(), sb.noise());
+    const bool known = sa.p75 > 0 && sb.p75 > 0;  // files before noise figures lack p25 / p75
+    row.insert(row.end(),
+               {us(sa.median), us(sb.median), fmt::format("{:.3f}", r), known ? pct(noise) : "?",
+                !known || std::abs(r - 1) <= noise ? ""
+                : r < 1                            ? "faster"
+                                                   : "slower"});
+  };
+  for (const json& wa : a)
+    for (const json& wb : b) {
+      if (wa.at("name") != wb.at("name") || wa.contains("error") || wb.contains("error")) continue;
+      std::vector<std::string> row = {wa.at("name").get<std::string>()};
+      figure(wa.at("host_us").at("total"), wb.at("host_us").at("total"), row);
+      const json& ga = wa.value("gpu_us", json());
+      const json& gb = wb.value("gpu_us", json());
+      figure(ga.is_object() ? ga.at("graph") : json(), gb.is_object() ? gb.at("graph") : json(),
+             row);
+      t.rows.push_back(std::move(row));
+    }
+  return t;
+}
+
+}  // namespace bench
+}  // namespace linmeta

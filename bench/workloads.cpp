@@ -1,243 +1,181 @@
-#include "workloads.hpp"
-
-#include <fmt/format.h>
-
 #include <algorithm>
+#include <iterator>
+#include <map>
+#include <sstream>
+
+#include "bench.hpp"
+#include "case_file.hpp"
+#include "names.hpp"
 
 namespace linmeta::bench {
 
 namespace {
 
-const char* mode_name(CacheMode m) {
-  switch (m) {
-    case CacheMode::None:
-      return "none";
-    case CacheMode::All:
-      return "all";
-    case CacheMode::Align:
-      return "align";
-  }
-  return "?";
-}
-
 int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
-struct Make {
-  BuilderKind kind = BuilderKind::Gdn;
-  const char* mix = "";  ///< name component; "{k}" is replaced by num_spec
-  int32_t k = 0;
-  StepShape shape;
-  CacheMode mode = CacheMode::None;
-  int32_t groups = 1;
-  bool fullgraph = true;
-  bool recoverssm = false;
-  double vllm_py_us = 0;
-  bool headline = false;
-
-  [[nodiscard]] Workload operator()() const {
-    Workload w;
-    w.kind = kind;
-    w.groups = groups;
-    w.shape = shape;
-    w.vllm_py_us = vllm_py_us;
-    w.headline = headline;
-    const int32_t rows = shape.rows();
-    const int32_t tokens =
-        shape.spec_rows * (k + 1) + shape.decode_rows + shape.prefill_rows * shape.prefill_len;
-    Config& c = w.config;
-    c.num_spec = k;
-    c.max_num_seqs = rows <= 256 ? 256 : rows <= 512 ? 512 : round_up(rows, 1024);
-    c.max_num_batched_tokens = std::max(8192, round_up(tokens, 8192));
-    c.full_cuda_graph = fullgraph;
-    c.mamba_cache_mode = mode;
-    c.block_size = 64;
-    c.num_speculative_blocks = recoverssm ? 0 : k;
-    c.chunk_metadata = kind == BuilderKind::Gdn;
-    c.use_recoverssm = recoverssm;
-    c.num_prefill_checkpoint_blocks = kind == BuilderKind::Kda && mode == CacheMode::Align ? 1 : 0;
-    w.name = fmt::format("{}/{}/B{}/{}/G{}/{}", kind == BuilderKind::Gdn ? "gdn" : "kda",
-                         fmt::format(fmt::runtime(mix), fmt::arg("k", k)), rows, mode_name(mode),
-                         groups, fullgraph ? "fullgraph" : "nograph");
-    return w;
+/// Rows in vLLM's order (spec decodes, decodes, prefills), all query lengths and seq_lens set.
+void fill_rows(Workload& w, int32_t k) {
+  testing::RandomStep& d = w.step;
+  d.num_reqs = w.spec_rows + w.decode_rows + w.prefill_rows;
+  d.has_drafts = d.has_accepted = k > 0;
+  d.qsl.assign(1, 0);
+  for (int32_t r = 0; r < d.num_reqs; ++r) {
+    const bool spec = r < w.spec_rows, prefill = r >= w.spec_rows + w.decode_rows;
+    const int32_t p = r - w.spec_rows - w.decode_rows;  // prefill index
+    const int32_t q = spec ? k + 1 : prefill ? w.prefill_len : 1;
+    // Decodes spread over many block-table columns; prefills alternate fresh prompts and
+    // continued chunks (4144 % 64 = 48 gives KDA checkpoint tails).
+    const int32_t computed = !prefill ? 1000 + (r * 613) % 4096 : p % 2 == 0 ? 0 : 4096 + 48;
+    d.qsl.push_back(d.qsl.back() + q);
+    d.seq_ub.push_back(computed + q);
+    d.seq_lens.push_back(computed + q);
+    d.drafts.push_back(spec ? k : -1);
+    d.accepted.push_back(spec ? 1 + r % (k + 1) : 1);
+    d.is_prefilling.push_back(prefill ? 1 : 0);
   }
-};
+  d.num_actual_tokens = d.qsl.back();
+}
 
-StepShape decode(int32_t n) { return {.decode_rows = n}; }
-StepShape spec(int32_t n) { return {.spec_rows = n}; }
-/// Chunked prefills of 2048 tokens next to `spec_rows` spec decodes and `decode_rows` decodes.
-StepShape mixed(int32_t spec_rows, int32_t decode_rows, int32_t prefills) {
-  return {.spec_rows = spec_rows,
-          .decode_rows = decode_rows,
-          .prefill_rows = prefills,
-          .prefill_len = 2048};
+/// Block tables wide enough for every row's aligned gather, distinct per group.
+void fill_tables(testing::RandomStep& d, int32_t groups) {
+  const Config& c = d.config;
+  int32_t need = c.num_spec + 1;
+  for (int32_t seq : d.seq_ub)
+    need = std::max({need, (seq > 0 ? (seq - 1) / c.block_size : 0) + c.num_speculative_blocks + 1,
+                     seq / c.block_size + 1});
+  d.width = need + 1;
+  d.row_stride = d.width;
+  for (int64_t g = 0; g < groups; ++g) {
+    std::vector<int32_t> t(static_cast<size_t>(d.num_reqs) * static_cast<size_t>(d.width));
+    for (size_t i = 0; i < t.size(); ++i)
+      t[i] = 1 + static_cast<int32_t>((g * 7919 + static_cast<int64_t>(i) * 31) % 1000003);
+    d.tables.push_back(std::move(t));
+  }
 }
 
 }  // namespace
 
-std::vector<Workload> all_workloads() {
-  using enum CacheMode;
-  constexpr auto Gdn = BuilderKind::Gdn;
-  constexpr auto Kda = BuilderKind::Kda;
-  // Reference host times of vLLM's Python builder on an H200 (microseconds per step).
-  constexpr double kPyDecode256 = 132, kPySpec256 = 861, kPySpec256G4 = 1265;
-  std::vector<Workload> w;
-  auto add = [&w](const Make& m) { w.push_back(m()); };
+const std::vector<std::string>& builtin_names() {
+  static const std::vector<std::string> names = [] {
+    std::istringstream in(R"(
+gdn/decode/B1/none/G1/fullgraph gdn/decode/B64/none/G1/fullgraph
+gdn/decode/B256/none/G1/fullgraph gdn/decode/B1024/none/G1/fullgraph
+gdn/decode/B256/none/G1/nograph gdn/decode/B256/align/G1/fullgraph
+gdn/decode/B256/none/G4/fullgraph gdn/spec-k1/B1/align/G1/fullgraph
+gdn/spec-k1/B64/align/G1/fullgraph gdn/spec-k1/B256/align/G1/fullgraph
+gdn/spec-k3/B1/align/G1/fullgraph gdn/spec-k3/B64/align/G1/fullgraph
+gdn/spec-k3/B256/align/G1/fullgraph gdn/spec-k7/B1/align/G1/fullgraph
+gdn/spec-k7/B64/align/G1/fullgraph gdn/spec-k7/B256/align/G1/fullgraph
+gdn/spec-k3/B256/none/G1/fullgraph gdn/spec-k3/B256/align/G1/nograph
+gdn/spec-k3/B256/align/G4/fullgraph gdn/spec-k3/B256/align/G16/fullgraph
+gdn/spec-k3/B256/align/G48/fullgraph gdn/spec-k3/B256/align/G4/nograph
+gdn/spec-k3+prefill/B36/align/G1/fullgraph gdn/spec-k3+prefill/B36/align/G4/fullgraph
+gdn/spec-k3+prefill/B36/none/G1/nograph gdn/decode+prefill/B260/none/G1/fullgraph
+gdn/decode+prefill/B260/align/G4/fullgraph gdn/prefill/B4/none/G1/nograph
+kda/decode/B256/none/G1/fullgraph kda/spec-k3/B256/align/G1/fullgraph
+kda/recoverssm-k3/B256/align/G1/fullgraph kda/recoverssm-k3/B256/align/G4/fullgraph
+kda/recoverssm-k3+prefill/B36/align/G1/fullgraph kda/recoverssm-k3+prefill/B36/none/G1/nograph
+kda/decode+prefill/B260/align/G4/fullgraph)");
+    return std::vector<std::string>(std::istream_iterator<std::string>(in), {});
+  }();
+  return names;
+}
 
-  // Decode only (no speculative decoding).
-  for (int32_t b : {1, 64, 256, 1024})
-    add({.kind = Gdn,
-         .mix = "decode",
-         .shape = decode(b),
-         .vllm_py_us = b == 256 ? kPyDecode256 : 0});
-  add({.kind = Gdn, .mix = "decode", .shape = decode(256), .fullgraph = false});
-  add({.kind = Gdn, .mix = "decode", .shape = decode(256), .mode = Align});
-  add({.kind = Gdn, .mix = "decode", .shape = decode(256), .groups = 4});
-
-  // Pure spec decode, align mode (k aligned state slots per row).
-  for (int32_t k : {1, 3, 7})
-    for (int32_t b : {1, 64, 256})
-      add({.kind = Gdn,
-           .mix = "spec-k{k}",
-           .k = k,
-           .shape = spec(b),
-           .mode = Align,
-           .vllm_py_us = k == 3 && b == 256 ? kPySpec256 : 0});
-  add({.kind = Gdn, .mix = "spec-k{k}", .k = 3, .shape = spec(256), .mode = None});
-  add({.kind = Gdn,
-       .mix = "spec-k{k}",
-       .k = 3,
-       .shape = spec(256),
-       .mode = Align,
-       .fullgraph = false});
-
-  // KV-cache groups (build_groups); G4 is the headline (GLM-5.3-Flash).
-  for (int32_t g : {4, 16, 48})
-    add({.kind = Gdn,
-         .mix = "spec-k{k}",
-         .k = 3,
-         .shape = spec(256),
-         .mode = Align,
-         .groups = g,
-         .vllm_py_us = g == 4 ? kPySpec256G4 : 0,
-         .headline = g == 4});
-  add({.kind = Gdn,
-       .mix = "spec-k{k}",
-       .k = 3,
-       .shape = spec(256),
-       .mode = Align,
-       .groups = 4,
-       .fullgraph = false});
-
-  // Spec decode next to chunked prefills; decode + prefill without spec; prefill only.
-  add({.kind = Gdn, .mix = "spec-k{k}+prefill", .k = 3, .shape = mixed(32, 0, 4), .mode = Align});
-  add({.kind = Gdn,
-       .mix = "spec-k{k}+prefill",
-       .k = 3,
-       .shape = mixed(32, 0, 4),
-       .mode = Align,
-       .groups = 4});
-  add({.kind = Gdn,
-       .mix = "spec-k{k}+prefill",
-       .k = 3,
-       .shape = mixed(32, 0, 4),
-       .mode = None,
-       .fullgraph = false});
-  add({.kind = Gdn, .mix = "decode+prefill", .shape = mixed(0, 256, 4)});
-  add({.kind = Gdn,
-       .mix = "decode+prefill",
-       .shape = mixed(0, 256, 4),
-       .mode = Align,
-       .groups = 4});
-  add({.kind = Gdn, .mix = "prefill", .shape = mixed(0, 0, 4), .fullgraph = false});
-
-  // KDA: regular spec decode, RecoverSSM (S = 1), prefill checkpoints (align).
-  add({.kind = Kda, .mix = "decode", .shape = decode(256)});
-  add({.kind = Kda, .mix = "spec-k{k}", .k = 3, .shape = spec(256), .mode = Align});
-  add({.kind = Kda,
-       .mix = "recoverssm-k{k}",
-       .k = 3,
-       .shape = spec(256),
-       .mode = Align,
-       .recoverssm = true});
-  add({.kind = Kda,
-       .mix = "recoverssm-k{k}",
-       .k = 3,
-       .shape = spec(256),
-       .mode = Align,
-       .groups = 4,
-       .recoverssm = true});
-  add({.kind = Kda,
-       .mix = "recoverssm-k{k}+prefill",
-       .k = 3,
-       .shape = mixed(32, 0, 4),
-       .mode = Align,
-       .recoverssm = true});
-  add({.kind = Kda,
-       .mix = "recoverssm-k{k}+prefill",
-       .k = 3,
-       .shape = mixed(32, 0, 4),
-       .mode = None,
-       .fullgraph = false,
-       .recoverssm = true});
-  add({.kind = Kda,
-       .mix = "decode+prefill",
-       .shape = mixed(0, 256, 4),
-       .mode = Align,
-       .groups = 4});
+Workload make_workload(const std::string& name) {
+  auto bad = [&name]() -> Error {
+    return Error("not a workload name: '" + name + "' (see --list and docs/bench.md)");
+  };
+  std::vector<std::string> part;  // builder, mix, B<rows>, mode, G<groups>, graph
+  std::istringstream in(name);
+  for (std::string s; std::getline(in, s, '/');) part.push_back(s);
+  // The number after `prefix` in `s` (1 to 5 digits).
+  auto number = [&](const std::string& s, std::string_view prefix) {
+    const std::string digits = s.substr(std::min(s.size(), prefix.size()));
+    if (!s.starts_with(prefix) || digits.empty() || digits.size() > 5 ||
+        !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      throw bad();
+    return static_cast<int32_t>(std::stoi(digits));
+  };
+  if (part.size() != 6 || (part[5] != "fullgraph" && part[5] != "nograph")) throw bad();
+  const auto kind = names::parse(names::kBuilderKinds, part[0]);
+  const auto mode = names::parse(names::kCacheModes, part[3]);
+  const bool plus_prefill = part[1].ends_with("+prefill");
+  const std::string mix = part[1].substr(0, part[1].size() - (plus_prefill ? 8 : 0));
+  const bool recoverssm = mix.starts_with("recoverssm-k");
+  const int32_t k = mix.starts_with("spec-k")             ? number(mix, "spec-k")
+                    : recoverssm                          ? number(mix, "recoverssm-k")
+                    : mix == "decode" || mix == "prefill" ? 0
+                                                          : throw bad();
+  const int32_t rows = number(part[2], "B"), groups = number(part[4], "G");
+  const int32_t prefills = mix == "prefill" ? rows : plus_prefill ? 4 : 0;
+  if (!kind || !mode || k > 9 || (mix == "prefill" && plus_prefill) || groups < 1 || rows < 1 ||
+      rows < prefills || (recoverssm && kind != BuilderKind::Kda))
+    throw bad();
+  Workload w;
+  w.name = name;
+  w.prefill_rows = prefills;
+  w.prefill_len = prefills > 0 ? 2048 : 0;
+  (mix == "decode" ? w.decode_rows : w.spec_rows) = mix == "prefill" ? 0 : rows - prefills;
+  testing::RandomStep& d = w.step;
+  d.kind = *kind;
+  Config& c = d.config;
+  c.num_spec = k;
+  c.max_num_seqs = rows <= 256 ? 256 : rows <= 512 ? 512 : round_up(rows, 1024);
+  c.full_cuda_graph = part[5] == "fullgraph";
+  c.mamba_cache_mode = *mode;
+  c.block_size = 64;
+  c.num_speculative_blocks = recoverssm ? 0 : k;
+  c.chunk_metadata = d.kind == BuilderKind::Gdn;
+  c.use_recoverssm = recoverssm;
+  c.num_prefill_checkpoint_blocks =
+      d.kind == BuilderKind::Kda && c.mamba_cache_mode == CacheMode::Align ? 1 : 0;
+  fill_rows(w, k);
+  c.max_num_batched_tokens = std::max(8192, round_up(d.num_actual_tokens, 8192));
+  fill_tables(d, groups);
+  // Host time of vLLM's Python builder for the same steps on an H200.
+  static const std::map<std::string, double> vllm_py_us = {
+      {"gdn/decode/B256/none/G1/fullgraph", 132},
+      {"gdn/spec-k3/B256/align/G1/fullgraph", 861},
+      {kHeadline, 1265}};
+  if (const auto it = vllm_py_us.find(name); it != vllm_py_us.end()) w.vllm_py_us = it->second;
+  w.headline = name == kHeadline;
   return w;
 }
 
-StepData make_step(const Workload& w) {
-  const Config& c = w.config;
-  const StepShape& sh = w.shape;
-  const int32_t k = c.num_spec;
-  StepData d;
-  d.config = c;
-  d.kind = w.kind;
-  d.num_reqs = sh.rows();
-  d.has_drafts = k > 0;
-  d.has_accepted = k > 0;
-  d.is_prefilling.assign(static_cast<size_t>(d.num_reqs), 0);
-  d.qsl.push_back(0);
-  for (int32_t r = 0; r < d.num_reqs; ++r) {
-    const bool is_spec = r < sh.spec_rows;
-    const bool is_decode = !is_spec && r < sh.spec_rows + sh.decode_rows;
-    const int32_t p = r - sh.spec_rows - sh.decode_rows;  // prefill index
-    const bool is_prefill = p >= 0 && p < sh.prefill_rows;
-    int32_t q = 0, computed = 0;
-    if (is_spec || is_decode) {
-      q = is_spec ? k + 1 : 1;
-      computed = 1000 + (r * 613) % 4096;  // spread over many block-table columns
-    } else if (is_prefill) {
-      q = sh.prefill_len;
-      // Alternate fresh prompts and continued chunks; 4144 % 64 = 48 gives KDA checkpoint tails.
-      computed = p % 2 == 0 ? 0 : 4096 + 48;
+std::vector<Workload> case_workloads(const std::string& path) {
+  std::vector<Workload> out;
+  for (const auto& line : cases::read_lines(path)) {
+    if (!line.error.empty())
+      throw Error(path + ":" + std::to_string(line.number) + ": " + line.error);
+    cases::Case c;
+    try {
+      c = cases::parse_case(line.value);
+    } catch (const std::exception& e) {
+      throw Error(path + ":" + std::to_string(line.number) + ": invalid case: " + e.what());
     }
-    d.qsl.push_back(d.qsl.back() + q);
-    const int32_t seq = q == 0 ? 0 : computed + q;
-    d.seq_ub.push_back(seq);
-    d.seq_lens.push_back(seq);
-    d.drafts.push_back(is_spec ? k : -1);
-    d.accepted.push_back(is_spec ? 1 + r % (k + 1) : 1);
-    d.is_prefilling[static_cast<size_t>(r)] = is_prefill ? 1 : 0;
+    if (c.error && c.error->rejects_input()) continue;
+    Workload w;
+    w.name = std::to_string(line.number) + ":" + c.name;
+    testing::RandomStep& d = w.step;
+    d.config = c.config;
+    d.kind = c.kind;
+    d.capture = c.capture;
+    d.num_reqs = c.num_reqs;
+    d.num_actual_tokens = c.num_actual_tokens;
+    d.qsl = c.qsl;
+    d.seq_lens = c.seq_lens;
+    d.seq_ub = c.seq_lens_ub;
+    d.drafts = c.drafts;
+    d.accepted = c.accepted;
+    d.is_prefilling = c.is_prefilling;
+    d.has_drafts = c.has_drafts;
+    d.has_accepted = c.has_accepted;
+    d.width = c.width;
+    d.row_stride = c.width;
+    d.tables = c.tables;
+    out.push_back(std::move(w));
   }
-  d.num_actual_tokens = d.qsl.back();
-
-  int32_t need = k + 1;
-  for (int32_t seq : d.seq_ub) {
-    need = std::max(need, (seq > 0 ? (seq - 1) / c.block_size : 0) + c.num_speculative_blocks + 1);
-    need = std::max(need, seq / c.block_size + 1);
-  }
-  d.width = need + 1;
-  d.row_stride = d.width;
-  for (int32_t g = 0; g < w.groups; ++g) {
-    std::vector<int32_t> t(static_cast<size_t>(d.num_reqs) * static_cast<size_t>(d.width));
-    for (size_t i = 0; i < t.size(); ++i)
-      t[i] = 1 + static_cast<int32_t>(
-                     (static_cast<int64_t>(g) * 7919 + static_cast<int64_t>(i) * 31) % 1000003);
-    d.tables.push_back(std::move(t));
-  }
-  return d;
+  return out;
 }
 
 }  // namespace linmeta::bench

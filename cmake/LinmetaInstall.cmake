@@ -1,5 +1,5 @@
 # `cmake --install` gives a CMake package: find_package(linmeta) -> linmeta::linmeta.
-include(GNUInstallDirs)
+# A consumer needs the CUDA runtime (CUDAToolkit's cudart_static) at configure time, not nvcc.
 include(CMakePackageConfigHelpers)
 install(TARGETS linmeta EXPORT linmetaTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY include/linmeta DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

@@ -11,6 +11,7 @@
 #                   (default 60000: 1.2e5 steps; G 1-48, capture and eager, PDL on and off)
 #   replay-cuda     BUILD/tools/linmeta-replay check tests/data/public.jsonl --target cuda
 #   replay-cuda-vllm034  the same over tests/data/vllm034.jsonl
+#   engine-loop     BUILD/examples/engine_loop/engine_loop --require-gpu (FULL-graph replay)
 #   memcheck        compute-sanitizer --tool memcheck --leak-check full   } public cases +
 #   racecheck       compute-sanitizer --tool racecheck                    } a reduced random
 #   initcheck       compute-sanitizer --tool initcheck                    } run (see below)
@@ -29,6 +30,7 @@ cd "$(dirname "$0")/.." || exit 2
 build=${1:-build/release}
 tests_bin=$build/tests/linmeta_gpu_tests
 replay_bin=$build/tools/linmeta-replay
+engine_bin=$build/examples/engine_loop/engine_loop
 logdir=${OUT:-}
 [[ -n $logdir ]] || logdir=$(mktemp -d -t linmeta-gpu-check.XXXXXX)
 mkdir -p "$logdir"
@@ -101,6 +103,12 @@ if [[ ! -x $replay_bin ]]; then
 else
   stage replay-cuda plain "$replay_bin" check tests/data/public.jsonl --target cuda
   stage replay-cuda-vllm034 plain "$replay_bin" check tests/data/vllm034.jsonl --target cuda
+fi
+
+if [[ ! -x $engine_bin ]]; then
+  missing engine-loop "$engine_bin not found: build the target engine_loop"
+else
+  stage engine-loop plain "$engine_bin" --require-gpu
 fi
 
 if [[ -z $sanitizer ]]; then

@@ -4,7 +4,7 @@
 # Debian's archive at that version.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libgtest-dev libfmt-dev nlohmann-json3-dev clang-format python3-pip)
+packages=(cmake ninja-build g++ clang libgtest-dev libfmt-dev nlohmann-json3-dev clang-format python3-pip python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,7 +21,7 @@ if ! command -v nvcc >/dev/null 2>&1; then
   if [[ -x /usr/local/cuda/bin/nvcc ]]; then
     echo "install-deps: nvcc found at /usr/local/cuda/bin (add it to PATH)"
   else
-    echo "install-deps: nvcc (CUDA toolkit 12.8+ or 13) not found; install the CUDA toolkit" >&2
+    echo "install-deps: nvcc (CUDA toolkit 13.0 or newer) not found; install the CUDA toolkit" >&2
     exit 1
   fi
 fi

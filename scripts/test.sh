@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: dependencies, release build (host and
-# GPU tests; GPU tests skip without a device), host tests under ASan + UBSan,
-# the replay tool over the public cases, and the Python package tests.
+# The whole test suite (what CI runs via .ci/run): dependencies, release build (host and GPU
+# tests; GPU tests skip without a device), host tests under ASan + UBSan, the replay tool over
+# the case files, the example consumer projects, the docs check and the Python package tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 scripts/install-deps.sh
+
+echo "== tools (docs/building.md states these as the tested minimums)"
+echo "cmake $(cmake --version | head -1 | awk '{print $3}'), $(g++ --version | head -1)," \
+  "nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
 
 echo "== clang-format"
 scripts/format.sh --check
@@ -17,12 +21,20 @@ ctest --preset release
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer (host tests)"
 cmake --preset asan
-cmake --build --preset asan --target linmeta_tests linmeta-replay
+cmake --build --preset asan --target linmeta_tests linmeta-replay linmeta-bench linmeta_fatbin_check \
+  engine_loop
 ctest --preset asan
 
-echo "== replay tool over the public cases"
-build/release/tools/linmeta-replay check tests/data/public.jsonl --target host
+echo "== replay tool over the case files"
+build/release/tools/linmeta-replay check tests/data/public.jsonl --target host --jobs 2
+build/release/tools/linmeta-replay check tests/data/seed_errors.jsonl --target host
 build/release/tools/linmeta-replay check tests/data/vllm034.jsonl --target host
+
+echo "== example consumer projects (find_package, add_subdirectory, FetchContent)"
+scripts/examples.sh build/release
+
+echo "== docs check (every runnable snippet of README.md and docs/*.md)"
+scripts/docs-check.sh
 
 if [[ -f pyproject.toml && -d tests/python ]]; then
   echo "== Python package"

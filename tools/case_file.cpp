@@ -5,75 +5,110 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <span>
-#include <stdexcept>
 #include <type_traits>
+
+#include "cuda_check.hpp"
+#include "names.hpp"
 
 namespace linmeta::cases {
 
 namespace {
 
-std::vector<int32_t> ints(const json& j) {
-  std::vector<int32_t> v;
-  if (j.is_null()) return v;
-  for (const auto& x : j) v.push_back(x.get<int32_t>());
-  return v;
+using tools::cuda_check;
+
+// --- Checked reads of untrusted JSON. `path` names the value in errors ("step.seq_lens[3]").
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw CaseError(path.empty() ? what : path + ": " + what);
 }
 
-CacheMode cache_mode(const std::string& s) {
-  if (s == "none") return CacheMode::None;
-  if (s == "all") return CacheMode::All;
-  if (s == "align") return CacheMode::Align;
-  throw std::runtime_error("unknown mamba_cache_mode " + s);
+std::string shown(const json& v) {
+  std::string s = v.dump();
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
 
-const char* cache_mode_name(CacheMode m) {
-  return m == CacheMode::None ? "none" : m == CacheMode::All ? "all" : "align";
+std::string at_index(const std::string& path, size_t i) {
+  return path + "[" + std::to_string(i) + "]";
 }
 
-Profile profile(const json& cf) {
-  const std::string s = cf.value("profile", std::string("seed"));
-  if (s == "seed") return Profile::Seed;
-  if (s == "vllm-0.34") return Profile::Vllm034;
-  throw std::runtime_error("unknown config.profile " + s);
+const json& member(const json& obj, const std::string& path, const char* key) {
+  if (!obj.is_object()) bad(path, "expected an object, got " + shown(obj));
+  const auto it = obj.find(key);
+  const std::string where = path.empty() ? key : path + "." + key;
+  if (it == obj.end()) bad(where, "missing");
+  return *it;
 }
 
-/// Absent: the backend a CUDA engine resolves by default (GDN triton, KDA FlashKDA).
-PrefillBackend prefill_backend(const json& cf, BuilderKind kind) {
-  if (!cf.contains("prefill_backend") || cf.at("prefill_backend").is_null())
-    return kind == BuilderKind::Kda ? PrefillBackend::FlashKda : PrefillBackend::Triton;
-  const std::string s = cf.at("prefill_backend").get<std::string>();
-  if (s == "triton") return PrefillBackend::Triton;
-  if (s == "flashinfer") return PrefillBackend::FlashInfer;
-  if (s == "flashkda") return PrefillBackend::FlashKda;
-  throw std::runtime_error("unknown config.prefill_backend " + s);
+std::string field_path(const std::string& path, const char* key) {
+  return path.empty() ? key : path + "." + key;
 }
 
-const char* backend_name(PrefillBackend b) {
-  return b == PrefillBackend::Triton       ? "triton"
-         : b == PrefillBackend::FlashInfer ? "flashinfer"
-                                           : "flashkda";
+int32_t to_int(const json& v, const std::string& path) {
+  if (!v.is_number_integer()) bad(path, "expected an integer, got " + shown(v));
+  constexpr auto lo = std::numeric_limits<int32_t>::min();
+  constexpr auto hi = std::numeric_limits<int32_t>::max();
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                                           : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  if (!fits) bad(path, shown(v) + " is outside the int32 range");
+  return static_cast<int32_t>(v.get<int64_t>());
 }
 
-/// Sequence orders agree up to ties: same permutation size, same lengths at each place.
-bool same_order_up_to_ties(const json& expected_order, const json& got, const json& qsl) {
-  if (!expected_order.is_array() || !got.is_array() || !qsl.is_array()) return false;
-  const size_t n = expected_order.size();
-  if (got.size() != n || qsl.size() != n + 1) return false;
-  std::vector<int> seen(n, 0);
-  auto len = [&](size_t i) { return qsl[i + 1].get<int64_t>() - qsl[i].get<int64_t>(); };
-  for (size_t i = 0; i < n; ++i) {
-    const auto g = got[i].get<int64_t>();
-    if (g < 0 || static_cast<size_t>(g) >= n || seen[static_cast<size_t>(g)]++ != 0) return false;
-    if (len(static_cast<size_t>(g)) != len(expected_order[i].get<size_t>())) return false;
+bool to_bool(const json& v, const std::string& path) {
+  if (!v.is_boolean()) bad(path, "expected true or false, got " + shown(v));
+  return v.get<bool>();
+}
+
+std::string to_string(const json& v, const std::string& path) {
+  if (!v.is_string()) bad(path, "expected a string, got " + shown(v));
+  return v.get<std::string>();
+}
+
+int32_t int_field(const json& obj, const std::string& path, const char* key) {
+  return to_int(member(obj, path, key), field_path(path, key));
+}
+
+/// A list of int32 values of length `size` (any length when size < 0).
+std::vector<int32_t> int_list(const json& v, const std::string& path, int64_t size = -1) {
+  if (!v.is_array()) bad(path, "expected a list of integers, got " + shown(v));
+  if (size >= 0 && std::cmp_not_equal(v.size(), size))
+    bad(path, std::to_string(v.size()) + " entries, expected " + std::to_string(size));
+  std::vector<int32_t> out;
+  out.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(to_int(v[i], at_index(path, i)));
+  return out;
+}
+
+/// A block table: a list of at least `rows` rows of one width, flattened row-major.
+std::vector<int32_t> table(const json& v, const std::string& path, int32_t rows, int32_t& width) {
+  if (!v.is_array()) bad(path, "expected a list of rows, got " + shown(v));
+  if (std::cmp_less(v.size(), rows))
+    bad(path, std::to_string(v.size()) + " rows, the step has " + std::to_string(rows));
+  std::vector<int32_t> flat;
+  for (size_t r = 0; r < v.size(); ++r) {
+    const std::string row_path = at_index(path, r);
+    const auto row = int_list(v[r], row_path);
+    if (r == 0) width = static_cast<int32_t>(row.size());
+    if (std::cmp_not_equal(row.size(), width))
+      bad(row_path, std::to_string(row.size()) + " columns, row 0 has " + std::to_string(width) +
+                        " (ragged table)");
+    flat.insert(flat.end(), row.begin(), row.end());
   }
-  return true;
+  return flat;
 }
 
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+template <class E, size_t N>
+E named(const std::array<std::pair<E, std::string_view>, N>& table, const json& obj,
+        const std::string& path, const char* key) {
+  const std::string where = field_path(path, key);
+  const std::string s = to_string(member(obj, path, key), where);
+  if (const auto v = names::parse(table, s)) return *v;
+  bad(where, "'" + s + "' is not " + names::choices(table));
 }
+
+// --- Inputs and outputs of a run.
 
 /// Device (or host) copies of a case's "device" arrays, alive for one run.
 class Inputs {
@@ -101,10 +136,10 @@ class Inputs {
     if (target_ == Target::Host) return v.data();
     void* p = nullptr;
     const size_t bytes = std::max<size_t>(v.size(), 1) * sizeof(int32_t);
-    cuda_ok(cudaMalloc(&p, bytes), "cudaMalloc");
+    cuda_check(cudaMalloc(&p, bytes), "cudaMalloc");
     owned_.push_back(p);
     if (!v.empty())
-      cuda_ok(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+      cuda_check(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
     return static_cast<const int32_t*>(p);
   }
   Target target_;
@@ -116,7 +151,7 @@ std::vector<int64_t> read(const Array& a, Target t) {
   std::vector<int64_t> raw(static_cast<size_t>(a.size()) + 1);  // bytes <= 8 per element
   if (a.size() > 0) {
     if (t == Target::Cuda)
-      cuda_ok(
+      cuda_check(
           cudaMemcpy(raw.data(), a.data, static_cast<size_t>(a.bytes()), cudaMemcpyDeviceToHost),
           "cudaMemcpy");
     else
@@ -148,95 +183,177 @@ json array_json(const Array& a, Target t) {
   return out;
 }
 
-/// The case format's conv1d object: the program arrays cut to `tot`, plus the check
-/// that every entry past it is PAD_SLOT_ID.
-json conv1d_json(const Conv1dMetadata& cv, Target t) {
-  auto bp = read(cv.batch_ptr, t);
-  auto off = read(cv.token_chunk_offset_ptr, t);
-  bool pad_ok = static_cast<int64_t>(bp.size()) >= 2 * std::max<int64_t>(1024, cv.tot);
-  for (size_t i = static_cast<size_t>(cv.tot); i < bp.size(); ++i)
-    pad_ok = pad_ok && bp[i] == -1 && off[i] == -1;
-  bp.resize(std::min(bp.size(), static_cast<size_t>(cv.tot)));
-  off.resize(std::min(off.size(), static_cast<size_t>(cv.tot)));
-  return {{"nums", array_json(cv.nums, Target::Host)},
-          {"tot", cv.tot},
-          {"batch_ptr", bp},
-          {"token_chunk_offset_ptr", off},
+/// The case-file `conv1d` entry (SPEC §10) of a to_json() result: the first `tot` programs and
+/// whether the arrays hold 2 * max(1024, tot) entries with PAD_SLOT_ID past `tot`.
+json conv1d_entry(const json& got) {
+  const json& nd = got.value("nums_dict", json());
+  if (nd.is_null()) return nullptr;
+  const json& d = nd.at(std::to_string(kConvBlock));
+  const auto tot = d.at("tot").get<int64_t>();
+  const json& bp = got.at("batch_ptr");
+  const json& off = got.at("token_chunk_offset_ptr");
+  bool pad_ok = std::cmp_greater_equal(bp.size(), 2 * std::max<int64_t>(1024, tot)) &&
+                off.size() == bp.size();
+  for (size_t i = static_cast<size_t>(tot); pad_ok && i < bp.size(); ++i)
+    pad_ok = bp[i] == kPadSlotId && off[i] == kPadSlotId;
+  return {{"nums", d.at("nums")},
+          {"tot", tot},
+          {"batch_ptr", d.at("mlist")},
+          {"token_chunk_offset_ptr", d.at("offsetlist")},
           {"capacity_padding_ok", pad_ok}};
 }
 
+/// Sequence orders agree up to ties (vLLM sorts with an unstable argsort): a permutation
+/// of the same size with the same sequence length at every place.
+bool same_order_up_to_ties(const json& expected_order, const json& got, const json& qsl) {
+  if (!expected_order.is_array() || !got.is_array() || !qsl.is_array()) return false;
+  const size_t n = expected_order.size();
+  if (got.size() != n || qsl.size() != n + 1) return false;
+  std::vector<int> seen(n, 0);
+  auto len = [&](size_t i) { return qsl[i + 1].get<int64_t>() - qsl[i].get<int64_t>(); };
+  for (size_t i = 0; i < n; ++i) {
+    const auto g = got[i].get<int64_t>();
+    if (g < 0 || static_cast<size_t>(g) >= n || seen[static_cast<size_t>(g)]++ != 0) return false;
+    if (len(static_cast<size_t>(g)) != len(expected_order[i].get<size_t>())) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+bool ReferenceError::rejects_input() const {
+  return type == "ValueError" || type == "TypeError" || type == "AssertionError";
+}
 
 bool cuda_available() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-std::vector<json> read_jsonl(const std::string& path) {
+std::vector<Line> read_lines(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path);
+  if (!in) throw CaseError("cannot open " + path);
+  std::vector<Line> out;
+  std::string text;
+  for (int number = 1; std::getline(in, text); ++number) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Line line;
+    line.number = number;
+    try {
+      line.value = json::parse(text);
+    } catch (const json::parse_error& e) {
+      line.error = "not valid JSON (column " + std::to_string(e.byte) + ")";
+    }
+    out.push_back(std::move(line));
+  }
+  if (in.bad()) throw CaseError("cannot read " + path);
+  return out;
+}
+
+std::vector<json> read_jsonl(const std::string& path) {
   std::vector<json> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(json::parse(line));
+  for (auto& line : read_lines(path)) {
+    if (!line.error.empty())
+      throw CaseError(path + ":" + std::to_string(line.number) + ": " + line.error);
+    out.push_back(std::move(line.value));
+  }
   return out;
 }
 
 Case parse_case(const json& j) {
   Case c;
-  c.name = j.at("name").get<std::string>();
-  c.kind = j.at("builder").get<std::string>() == "kda" ? BuilderKind::Kda : BuilderKind::Gdn;
-  c.capture = j.value("mode", std::string("build")) == "capture";
-  const json& cf = j.at("config");
-  c.config.num_spec = cf.at("num_spec").get<int32_t>();
-  c.config.max_num_seqs = cf.at("max_num_seqs").get<int32_t>();
-  c.config.full_cuda_graph = cf.at("full_cuda_graph").get<bool>();
-  c.config.max_cudagraph_capture_size = cf.at("max_cudagraph_capture_size").is_null()
-                                            ? 0
-                                            : cf.at("max_cudagraph_capture_size").get<int32_t>();
-  c.config.mamba_cache_mode = cache_mode(cf.at("mamba_cache_mode").get<std::string>());
-  c.config.block_size = cf.at("block_size").get<int32_t>();
-  c.config.num_speculative_blocks = cf.at("num_speculative_blocks").get<int32_t>();
-  c.config.use_recoverssm = cf.value("use_recoverssm", false);
-  c.config.num_prefill_checkpoint_blocks = cf.value("num_prefill_checkpoint_blocks", 0);
-  c.config.chunk_metadata = c.kind == BuilderKind::Gdn;
-  c.config.profile = profile(cf);
-  c.config.prefill_backend = prefill_backend(cf, c.kind);
+  c.name = to_string(member(j, "", "name"), "name");
+  c.kind = named(names::kBuilderKinds, j, "", "builder");
+  const std::string mode = j.contains("mode") ? to_string(j.at("mode"), "mode") : "build";
+  if (mode != "build" && mode != "capture")
+    bad("mode", "'" + mode + "' is not 'build' or 'capture'");
+  c.capture = mode == "capture";
 
-  const json& s = j.at("step");
-  c.qsl = ints(s.at("query_start_loc"));
-  c.seq_lens = ints(s.at("seq_lens"));
-  c.seq_lens_ub = ints(s.at("seq_lens_cpu_upper_bound"));
+  const json& cf = member(j, "", "config");
+  const std::string C = "config";
+  c.config.num_spec = int_field(cf, C, "num_spec");
+  c.config.max_num_seqs = int_field(cf, C, "max_num_seqs");
+  c.config.full_cuda_graph = to_bool(member(cf, C, "full_cuda_graph"), "config.full_cuda_graph");
+  const json& cap = member(cf, C, "max_cudagraph_capture_size");
+  c.config.max_cudagraph_capture_size =
+      cap.is_null() ? 0 : to_int(cap, "config.max_cudagraph_capture_size");
+  c.config.mamba_cache_mode = named(names::kCacheModes, cf, C, "mamba_cache_mode");
+  c.config.block_size = int_field(cf, C, "block_size");
+  c.config.num_speculative_blocks = int_field(cf, C, "num_speculative_blocks");
+  if (cf.contains("use_recoverssm"))
+    c.config.use_recoverssm = to_bool(cf.at("use_recoverssm"), "config.use_recoverssm");
+  if (cf.contains("num_prefill_checkpoint_blocks"))
+    c.config.num_prefill_checkpoint_blocks = int_field(cf, C, "num_prefill_checkpoint_blocks");
+  c.config.chunk_metadata = c.kind == BuilderKind::Gdn;
+  // Absent: the seed profile; the backend a CUDA engine resolves by default (GDN triton,
+  // KDA FlashKDA).
+  if (cf.contains("profile")) c.config.profile = named(names::kProfiles, cf, C, "profile");
+  c.config.prefill_backend =
+      c.kind == BuilderKind::Kda ? PrefillBackend::FlashKda : PrefillBackend::Triton;
+  if (cf.contains("prefill_backend") && !cf.at("prefill_backend").is_null())
+    c.config.prefill_backend = named(names::kPrefillBackends, cf, C, "prefill_backend");
+
+  const json& s = member(j, "", "step");
+  const std::string S = "step";
+  c.seq_lens = int_list(member(s, S, "seq_lens"), "step.seq_lens");
   c.num_reqs = static_cast<int32_t>(c.seq_lens.size());
-  c.num_actual_tokens = s.at("num_actual_tokens").get<int32_t>();
+  const int64_t n = c.num_reqs;
+  c.qsl = int_list(member(s, S, "query_start_loc"), "step.query_start_loc", n + 1);
+  c.seq_lens_ub =
+      int_list(member(s, S, "seq_lens_cpu_upper_bound"), "step.seq_lens_cpu_upper_bound", n);
+  c.num_actual_tokens = int_field(s, S, "num_actual_tokens");
   c.config.max_num_batched_tokens = std::max(c.num_actual_tokens, 1);
-  if (!s.at("is_prefilling").is_null())
-    for (const auto& b : s.at("is_prefilling")) c.is_prefilling.push_back(b.get<bool>() ? 1 : 0);
-  c.has_drafts = !s.at("num_decode_draft_tokens_cpu").is_null();
-  c.drafts = ints(s.at("num_decode_draft_tokens_cpu"));
-  c.has_accepted = !s.at("num_accepted_tokens").is_null();
-  c.accepted = ints(s.at("num_accepted_tokens"));
-  auto flatten = [&](const json& t) {
-    std::vector<int32_t> flat;
-    c.width = t.empty() ? 0 : static_cast<int32_t>(t[0].size());
-    for (const auto& row : t)
-      for (const auto& x : row) flat.push_back(x.get<int32_t>());
-    return flat;
-  };
+  const json& pre = member(s, S, "is_prefilling");
+  if (!pre.is_null()) {
+    if (!pre.is_array() || std::cmp_not_equal(pre.size(), n))
+      bad("step.is_prefilling", "expected a list of " + std::to_string(n) + " booleans");
+    for (size_t i = 0; i < pre.size(); ++i)
+      c.is_prefilling.push_back(to_bool(pre[i], at_index("step.is_prefilling", i)) ? 1 : 0);
+  }
+  const json& drafts = member(s, S, "num_decode_draft_tokens_cpu");
+  c.has_drafts = !drafts.is_null();
+  if (c.has_drafts) c.drafts = int_list(drafts, "step.num_decode_draft_tokens_cpu", n);
+  const json& accepted = member(s, S, "num_accepted_tokens");
+  c.has_accepted = !accepted.is_null();
+  if (c.has_accepted) c.accepted = int_list(accepted, "step.num_accepted_tokens", n);
+
   c.multi_group = s.contains("groups");
-  if (c.multi_group)
-    for (const auto& t : s.at("groups")) c.tables.push_back(flatten(t));
-  else
-    c.tables.push_back(flatten(s.at("block_table")));
-  if (j.contains("error")) {
-    c.error = j.at("error");
+  if (c.multi_group) {
+    const json& groups = s.at("groups");
+    if (!groups.is_array() || groups.empty())
+      bad("step.groups", "expected a non-empty list of block tables");
+    for (size_t g = 0; g < groups.size(); ++g) {
+      int32_t w = 0;
+      c.tables.push_back(table(groups[g], at_index("step.groups", g), c.num_reqs, w));
+      if (g > 0 && w != c.width)
+        bad(at_index("step.groups", g),
+            "width " + std::to_string(w) + ", group 0 has " + std::to_string(c.width));
+      c.width = w;
+    }
+  } else {
+    c.tables.push_back(table(member(s, S, "block_table"), "step.block_table", c.num_reqs, c.width));
+  }
+
+  const bool has_expected = j.contains("expected"), has_error = j.contains("error");
+  if (has_expected == has_error) bad("", "needs exactly one of 'expected' and 'error'");
+  if (has_error) {
+    const json& e = j.at("error");
+    c.error = ReferenceError{
+        to_string(member(e, "error", "type"), "error.type"),
+        e.contains("message") ? to_string(e.at("message"), "error.message") : std::string()};
     return c;
   }
   c.expected = j.at("expected");
-  if (c.multi_group)
-    for (const auto& e : j.at("expected_groups")) c.expected_groups.push_back(e);
-  else
+  if (!c.expected.is_object()) bad("expected", "expected an object, got " + shown(c.expected));
+  if (c.multi_group) {
+    const json& eg = member(j, "", "expected_groups");
+    if (!eg.is_array() || eg.size() != c.tables.size())
+      bad("expected_groups",
+          "expected one object per group (" + std::to_string(c.tables.size()) + ")");
+    for (const auto& e : eg) c.expected_groups.push_back(e);
+  } else {
     c.expected_groups.push_back(c.expected);
+  }
   return c;
 }
 
@@ -246,14 +363,14 @@ json config_json(const Config& c) {
          {"full_cuda_graph", c.full_cuda_graph},
          {"max_cudagraph_capture_size",
           c.max_cudagraph_capture_size > 0 ? json(c.max_cudagraph_capture_size) : json(nullptr)},
-         {"mamba_cache_mode", cache_mode_name(c.mamba_cache_mode)},
+         {"mamba_cache_mode", names::cache_mode_name(c.mamba_cache_mode)},
          {"block_size", c.block_size},
          {"num_speculative_blocks", c.num_speculative_blocks},
          {"use_recoverssm", c.use_recoverssm},
          {"num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks}};
-  if (c.profile == Profile::Vllm034) {
-    j["profile"] = "vllm-0.34";
-    j["prefill_backend"] = backend_name(c.prefill_backend);
+  if (c.profile != Profile::Seed) {
+    j["profile"] = names::profile_name(c.profile);
+    j["prefill_backend"] = names::prefill_backend_name(c.prefill_backend);
   }
   return j;
 }
@@ -270,8 +387,22 @@ json to_json(const Metadata& m, BuilderKind kind) {
   j["num_actual_tokens"] = m.num_actual_tokens;
   j["uniform_spec_sequence_length"] =
       m.uniform_spec_sequence_length ? json(*m.uniform_spec_sequence_length) : json(nullptr);
-  // Nested objects as the case format spells them; the table fills their arrays.
-  j["conv1d"] = m.conv1d ? conv1d_json(*m.conv1d, t) : json(nullptr);
+  // vLLM's causal-conv1d metadata: nums_dict[8], whose mlist / offsetlist are the first `tot`
+  // entries of batch_ptr / token_chunk_offset_ptr (the whole padded arrays: the table, below).
+  j["nums_dict"] = j["batch_ptr"] = j["token_chunk_offset_ptr"] = nullptr;
+  if (m.conv1d) {
+    const auto& cv = *m.conv1d;
+    const json bp = array_json(cv.batch_ptr, t), off = array_json(cv.token_chunk_offset_ptr, t);
+    const auto head = [&](const json& a) {
+      return json(a.begin(), a.begin() + std::min<ptrdiff_t>(std::ssize(a), cv.tot));
+    };
+    j["nums_dict"] = {{std::to_string(kConvBlock),
+                       {{"nums", array_json(cv.nums, Target::Host)},
+                        {"tot", cv.tot},
+                        {"mlist", head(bp)},
+                        {"mlist_len", cv.tot},
+                        {"offsetlist", head(off)}}}};
+  }
   auto optional_int = [](const std::optional<int32_t>& v) { return v ? json(*v) : json(nullptr); };
   j["checkpoint"] = m.checkpoint ? json::object() : json(nullptr);
   j["flashinfer_checkpoint_plan"] = nullptr;
@@ -291,7 +422,6 @@ json to_json(const Metadata& m, BuilderKind kind) {
     }
   }
   for_each_array(m, [&](const OutputSpec& spec, const Array& a) {
-    if (spec.id == Out::BatchPtr || spec.id == Out::TokenChunkOffsetPtr) return;  // in conv1d
     std::string path = std::string("/") + spec.name;
     std::replace(path.begin(), path.end(), '.', '/');
     j[json::json_pointer(path)] = array_json(a, t);
@@ -321,7 +451,7 @@ std::vector<json> run_case(const Case& c, Target target, bool independent) {
   opt.target = target;
   std::vector<json> out;
   auto finish = [&](const Metadata& m) {
-    if (target == Target::Cuda) cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    if (target == Target::Cuda) cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     out.push_back(to_json(m, c.kind));
   };
   if (independent || tables.size() == 1) {
@@ -343,20 +473,24 @@ std::vector<json> run_case(const Case& c, Target target, bool independent) {
 std::vector<Mismatch> compare(const json& expected, const json& got) {
   std::vector<Mismatch> out;
   for (auto it = expected.begin(); it != expected.end(); ++it) {
-    if (!got.contains(it.key())) {
-      out.push_back({it.key(), it.value().dump(), "<not emitted>", true});
-      continue;
-    }
-    const json& g = got.at(it.key());
-    if (it.key() == "flashinfer_prefill_seq_order" && g != it.value() &&
+    const json g = it.key() == "conv1d"     ? conv1d_entry(got)
+                   : got.contains(it.key()) ? got.at(it.key())
+                                            : json("<missing>");
+    if (g == it.value()) continue;
+    if (it.key() == "flashinfer_prefill_seq_order" &&
         same_order_up_to_ties(it.value(), g,
-                              expected.value("flashinfer_prefill_query_start_loc", json(nullptr))))
+                              expected.value("flashinfer_prefill_query_start_loc", json())))
       continue;
-    if (g != it.value()) out.push_back({it.key(), it.value().dump(), g.dump()});
+    out.push_back({it.key(), it.value().dump(), g.dump()});
   }
-  for (auto it = got.begin(); it != got.end(); ++it)
-    if (!expected.contains(it.key()) && !it.value().is_null())
+  // Fields the case does not record are None there (vllm-0.34 files record new fields only
+  // when set); the conv1d arrays are recorded as `conv1d`.
+  for (auto it = got.begin(); it != got.end(); ++it) {
+    const bool conv =
+        it.key() == "nums_dict" || it.key() == "batch_ptr" || it.key() == "token_chunk_offset_ptr";
+    if (!conv && !expected.contains(it.key()) && !it.value().is_null())
       out.push_back({it.key(), "null (not recorded)", it.value().dump()});
+  }
   return out;
 }
 

@@ -1,144 +1,220 @@
-// linmeta-replay: runs case files (SPEC §10) through the public API.
-//   linmeta-replay check FILE.jsonl [--target host|cuda] [--strict-fields]
-//                                                     compare with "expected"
-//   linmeta-replay run FILE.jsonl [--target host|cuda]     print the metadata as JSON lines
+// linmeta-replay: runs case files (SPEC §10, docs/replay.md) through the public API.
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
-#include <map>
 #include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
 
 #include "case_file.hpp"
 
 namespace {
 
-int usage() {
-  std::fprintf(stderr,
-               "usage: linmeta-replay check|run FILE.jsonl [--target host|cuda] [--strict-fields]\n"
-               "  check: compares every expected field, prints one line per mismatch and\n"
-               "         ends with 'N passed, M failed[, K skipped]'; exit 1 on failures.\n"
-               "         A case whose expected fields linmeta all matches except fields it\n"
-               "         does not emit yet is 'partial' (neither passed nor failed; a\n"
-               "         failure with --strict-fields). A case on which the reference raised\n"
-               "         passes when linmeta rejects the step too ('reference raised,\n"
-               "         linmeta answered' is counted apart)\n"
-               "  run:   prints each case's metadata (one JSON object per line)\n");
-  return 2;
+using linmeta::Target;
+using linmeta::cases::json;
+namespace cases = linmeta::cases;
+
+constexpr const char* kUsage = R"(usage: linmeta-replay check|run FILE.jsonl [options]
+
+  check   runs every case and compares every expected field; prints one line per problem
+          (FILE:LINE: case: ...) and ends with 'N passed, M failed'; exit status 1 when a
+          case failed or a line is malformed (such lines count as failures)
+  run     prints each case's metadata, one JSON object per line, under vLLM's field names
+          ("line", "name", "group" for multi-group steps; "error" when linmeta rejects the
+          step); exit status 1 when a line is malformed
+
+  --target host|cuda   builder target (default host)
+  --filter SUBSTRING   only the cases whose name contains SUBSTRING
+  --jobs N             run N cases at a time (default 1; output keeps the file's order)
+  --allow-skip         --target cuda without a CUDA device: skip every case, exit 0
+                       (without it that is an error)
+)";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "linmeta-replay: %s\n\n%s", msg.c_str(), kUsage);
+  std::exit(2);
+}
+
+struct Args {
+  bool check = true;
+  std::string file;
+  Target target = Target::Host;
+  std::string filter;
+  int jobs = 1;
+  bool allow_skip = false;
+};
+
+Args parse_args(int argc, char** argv) {
+  if (argc < 3) usage_error("needs a command and a file");
+  Args a;
+  const std::string_view cmd = argv[1];
+  if (cmd != "check" && cmd != "run") usage_error("unknown command '" + std::string(cmd) + "'");
+  a.check = cmd == "check";
+  a.file = argv[2];
+  for (int i = 3; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(std::string(arg) + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--target") {
+      const std::string t = value();
+      if (t != "host" && t != "cuda") usage_error("--target takes host or cuda, got '" + t + "'");
+      a.target = t == "cuda" ? Target::Cuda : Target::Host;
+    } else if (arg == "--filter") {
+      a.filter = value();
+    } else if (arg == "--jobs") {
+      const std::string v = value();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || n < 1 || n > 256)
+        usage_error("--jobs takes an integer from 1 to 256, got '" + v + "'");
+      a.jobs = static_cast<int>(n);
+    } else if (arg == "--allow-skip") {
+      a.allow_skip = true;
+    } else {
+      usage_error("unknown argument '" + std::string(arg) + "'");
+    }
+  }
+  return a;
+}
+
+enum class Verdict {
+  Pass,
+  Fail,
+  Answered,  ///< the reference raised on a valid step, linmeta answered (SPEC §8)
+};
+
+/// What one line of the file gave: a verdict, the lines to print, in order.
+struct Outcome {
+  Verdict verdict = Verdict::Pass;
+  std::vector<std::string> out;  ///< stdout lines (run: JSON; check: problems)
+};
+
+/// The case name of a line for --filter ("" when it has none).
+std::string name_of(const cases::Line& line) {
+  const json& j = line.value;
+  return j.is_object() && j.contains("name") && j["name"].is_string() ? j["name"].get<std::string>()
+                                                                      : std::string();
+}
+
+Outcome replay(const cases::Line& line, const Args& a) {
+  Outcome o;
+  const std::string where = a.file + ":" + std::to_string(line.number) + ": ";
+  auto fail = [&](const std::string& what) {
+    o.verdict = Verdict::Fail;
+    o.out.push_back(a.check ? where + what
+                            : json{{"line", line.number}, {"invalid_case", what}}.dump());
+    return o;
+  };
+  if (!line.error.empty()) return fail(line.error);
+  cases::Case c;
+  try {
+    c = cases::parse_case(line.value);
+  } catch (const std::exception& e) {  // CaseError, or nlohmann's on a malformed value
+    return fail(std::string("invalid case: ") + e.what());
+  }
+  const std::string label = where + c.name + ": ";
+  std::vector<json> got;
+  try {
+    got = cases::run_case(c, a.target);
+  } catch (const linmeta::Error& e) {
+    if (!a.check) {
+      o.out.push_back(json{{"line", line.number}, {"name", c.name}, {"error", e.what()}}.dump());
+      return o;
+    }
+    if (c.error && c.error->rejects_input()) return o;  // rejected, as the reference did
+    if (c.error)
+      return fail(c.name + ": reference raised " + c.error->type + " (a bug of the " +
+                  "reference on a valid step), linmeta rejected it: " + e.what());
+    return fail(c.name + ": linmeta rejected the step: " + e.what());
+  } catch (const std::exception& e) {
+    return fail(c.name + ": " + e.what());
+  }
+  if (!a.check) {
+    for (size_t g = 0; g < got.size(); ++g) {
+      got[g]["line"] = line.number;
+      got[g]["name"] = c.name;
+      if (got.size() > 1) got[g]["group"] = g;
+      o.out.push_back(got[g].dump());
+    }
+    return o;
+  }
+  if (c.error) {
+    if (c.error->rejects_input())
+      return fail(c.name + ": reference raised " + c.error->type + " (\"" + c.error->message +
+                  "\"), linmeta answered instead of rejecting the step");
+    o.verdict = Verdict::Answered;
+    o.out.push_back(label + "reference raised " + c.error->type + ", linmeta answered");
+    return o;
+  }
+  for (size_t g = 0; g < got.size(); ++g)
+    for (const auto& m : cases::compare(c.expected_groups[g], got[g])) {
+      o.verdict = Verdict::Fail;
+      o.out.push_back(label + "group " + std::to_string(g) + ": " + m.field + ": expected " +
+                      m.expected + ", got " + m.got);
+    }
+  return o;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace linmeta;
-  if (argc < 3) return usage();
-  const std::string cmd = argv[1];
-  const std::string file = argv[2];
-  Target target = Target::Host;
-  bool strict_fields = false;
-  for (int i = 3; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--strict-fields") == 0) {
-      strict_fields = true;
-    } else if (std::strcmp(argv[i], "--target") == 0 && i + 1 < argc) {
-      const std::string t = argv[++i];
-      if (t == "host")
-        target = Target::Host;
-      else if (t == "cuda")
-        target = Target::Cuda;
-      else
-        return usage();
-    } else {
-      return usage();
-    }
-  }
-  if (cmd != "check" && cmd != "run") return usage();
+  const Args a = parse_args(argc, argv);
+  std::vector<cases::Line> lines;
   try {
-    const auto lines = cases::read_jsonl(file);
-    if (target == Target::Cuda && !cases::cuda_available()) {
-      std::fprintf(stderr, "linmeta-replay: no CUDA device: every case skipped\n");
-      std::printf("0 passed, 0 failed, %zu skipped\n", lines.size());
-      return cmd == "check" ? 1 : 0;
-    }
-    int passed = 0, failed = 0, partial = 0, answered = 0;
-    std::map<std::string, int> not_emitted;  // field -> cases
-    for (const auto& line : lines) {
-      const cases::Case c = cases::parse_case(line);
-      std::vector<cases::json> got;
-      try {
-        got = cases::run_case(c, target);
-      } catch (const Error& e) {
-        if (!c.error.is_null() && cmd == "check") {
-          ++passed;  // both reject the step
-          continue;
-        }
-        if (cmd == "run") {
-          std::cout << cases::json{{"name", c.name}, {"error", e.what()}}.dump() << "\n";
-          continue;
-        }
-        std::printf("%s: error: %s\n", c.name.c_str(), e.what());
-        ++failed;
-        continue;
-      } catch (const std::exception& e) {
-        if (cmd == "run") {
-          std::cout << cases::json{{"name", c.name}, {"error", e.what()}}.dump() << "\n";
-          continue;
-        }
-        std::printf("%s: error: %s\n", c.name.c_str(), e.what());
-        ++failed;
-        continue;
-      }
-      if (cmd == "run") {
-        for (size_t g = 0; g < got.size(); ++g) {
-          cases::json out = got[g];
-          out["name"] = c.name;
-          if (got.size() > 1) out["group"] = g;
-          std::cout << out.dump() << "\n";
-        }
-        continue;
-      }
-      if (!c.error.is_null()) {
-        std::printf("%s: reference raised %s, linmeta answered\n", c.name.c_str(),
-                    c.error.value("type", std::string("?")).c_str());
-        ++answered;
-        continue;
-      }
-      bool ok = true, missing = false;
-      std::map<std::string, int> fields;
-      for (size_t g = 0; g < got.size(); ++g)
-        for (const auto& m : cases::compare(c.expected_groups[g], got[g])) {
-          if (m.not_emitted) {
-            missing = true;
-            fields[m.field] = 1;
-            continue;
-          }
-          ok = false;
-          std::printf("%s: group %zu: %s: expected %s, got %s\n", c.name.c_str(), g,
-                      m.field.c_str(), m.expected.c_str(), m.got.c_str());
-        }
-      for (const auto& f : fields) not_emitted[f.first] += 1;
-      if (!ok)
-        ++failed;
-      else if (missing)
-        ++partial;
-      else
-        ++passed;
-    }
-    if (cmd == "check") {
-      if (partial > 0) {
-        std::printf(
-            "partial: %d cases match every field linmeta emits but expect fields it does "
-            "not emit yet:",
-            partial);
-        for (const auto& f : not_emitted) std::printf(" %s (%d)", f.first.c_str(), f.second);
-        std::printf("\n");
-      }
-      if (answered > 0) std::printf("reference raised, linmeta answered: %d cases\n", answered);
-      std::printf("%d passed, %d failed\n", passed, failed);
-      return failed == 0 && (!strict_fields || partial == 0) ? 0 : 1;
-    }
-    return 0;
+    for (auto& line : cases::read_lines(a.file))
+      if (a.filter.empty() || !line.error.empty() ||
+          name_of(line).find(a.filter) != std::string::npos)
+        lines.push_back(std::move(line));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "linmeta-replay: %s\n", e.what());
     return 1;
   }
+  if (a.target == Target::Cuda && !cases::cuda_available()) {
+    if (!a.allow_skip) {
+      std::fprintf(stderr,
+                   "linmeta-replay: --target cuda but no CUDA device is visible "
+                   "(--allow-skip skips the %zu cases instead)\n",
+                   lines.size());
+      return 1;
+    }
+    std::printf("0 passed, 0 failed, %zu skipped\n", lines.size());
+    return 0;
+  }
+
+  std::vector<Outcome> outcomes(lines.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next++) < lines.size();) outcomes[i] = replay(lines[i], a);
+  };
+  std::vector<std::jthread> pool;
+  for (int t = 1; t < std::min<int>(a.jobs, static_cast<int>(lines.size())); ++t)
+    pool.emplace_back(worker);
+  worker();
+  pool.clear();
+
+  int passed = 0, failed = 0, answered = 0;
+  for (const auto& o : outcomes) {
+    for (const auto& s : o.out) std::cout << s << "\n";
+    passed += o.verdict == Verdict::Pass;
+    failed += o.verdict == Verdict::Fail;
+    answered += o.verdict == Verdict::Answered;
+  }
+  std::cout.flush();
+  if (!a.check) {
+    if (failed > 0) std::fprintf(stderr, "linmeta-replay: %d malformed lines\n", failed);
+    return failed == 0 ? 0 : 1;
+  }
+  if (answered > 0)
+    std::printf(
+        "%d reference raised, linmeta answered (reference bugs on valid steps, SPEC §8; "
+        "neither passed nor failed)\n",
+        answered);
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
 }

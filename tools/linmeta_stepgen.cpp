@@ -1,5 +1,5 @@
 // linmeta-stepgen: random scheduler steps from the test suite's step generator
-// (tests/random_step.hpp), printed as case-file JSON lines without "expected"
+// (tools/common/random_step.hpp), printed as case-file JSON lines without "expected"
 // (docs/semantics.md, "Case files"). A reference fills "expected" (tests/vllm/).
 //   linmeta-stepgen --builder gdn|kda --count N [--seed S] [--profile seed|vllm-0.34]
 //                   [--groups-percent P] [--zero-drafts-percent Z]
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "case_file.hpp"
-#include "tests/random_step.hpp"
+#include "random_step.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Random valid steps (tests/random_step.hpp) give field-for-field identical
+// Random valid steps (tools/common/random_step.hpp) give field-for-field identical
 // metadata on the cuda and host targets, for every configuration knob, 1 to 48
 // KV-cache groups, capture builds, strided block tables, PDL launches on and off.
 // LINMETA_RANDOM_STEPS sets the steps per builder kind (default 20000).
