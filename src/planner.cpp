@@ -57,7 +57,7 @@ int32_t detect_spec(Ctx& x) {
   if (x.c.num_spec == 0 || x.drafts == nullptr) return 0;
   const bool recover = x.kda() && x.c.use_recoverssm;
   if (recover) require_is_prefilling(x.s, "by KDA RecoverSSM spec detection");
-  int32_t count = 0, drafts = 0;  // drafts <= tokens: fits
+  int32_t count = 0, drafted = 0;  // drafted: some spec row carries a draft
   const int32_t* d = x.drafts;
   int32_t* mask = p.mask.data();
   for (int32_t r = 0; r < p.num_reqs; ++r) mask[r] = static_cast<int32_t>(d[r] >= 0);
@@ -66,11 +66,12 @@ int32_t detect_spec(Ctx& x) {
       mask[r] |= static_cast<int32_t>(!x.prefilling[r] && p.ql(r) > 0);
   for (int32_t r = 0; r < p.num_reqs; ++r) {
     count += mask[r];
-    drafts += mask[r] * d[r];
+    drafted |= mask[r] & static_cast<int32_t>(d[r] > 0);
   }
   // GDN: no spec rows or no draft at all -> regular path. KDA: only without RecoverSSM,
-  // which must keep its extended conv window even for draftless rows.
-  if (drafts == 0 && !recover) return 0;
+  // which must keep its extended conv window even for draftless rows. (The reference
+  // sums the drafts of the spec rows, each >= 0: the sum is 0 iff none is positive.)
+  if (drafted == 0 && !recover) return 0;
   return count;
 }
 
@@ -191,7 +192,7 @@ void plan_spec(Ctx& x) {
   StepPlan& p = x.p;
   const int32_t n = p.num_reqs;
   const int32_t S = x.cap.spec_cols;
-  if (!x.capture) require_accepted(x.s);
+  require_accepted(x.c, x.kind, x.s, x.capture);
 
   // Row statistics in one vectorisable pass (GDN keeps zero-length padding as
   // non-spec rows, KDA drops it); row lists are written only when they are needed.
@@ -374,8 +375,8 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
     const auto& seq = s.seq_lens_cpu_upper_bound;
     int32_t longest = 0;
     for (const int32_t v : seq) longest = std::max(longest, v);
-    const int32_t start = longest > 0 ? (longest - 1) / c.block_size : 0;
-    const int32_t cols = start + c.num_speculative_blocks + 1;
+    const int64_t start = longest > 0 ? (longest - 1) / c.block_size : 0;
+    const int64_t cols = start + c.num_speculative_blocks + 1;  // 64-bit: cannot wrap
     // The row only names the failure: look for it when some table is too narrow.
     int32_t row = 0;
     for (const BlockTable& t : tables)
