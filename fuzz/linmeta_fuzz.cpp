@@ -133,7 +133,8 @@ std::vector<std::unique_ptr<Table>> make_tables(const FuzzTable& t, int32_t rows
   }
   std::vector<std::unique_ptr<Table>> out;
   for (int32_t g = 0; g < count; ++g)
-    out.push_back(std::make_unique<Table>(rows, width, width + pad, t.salt + 7919 * g, null));
+    out.push_back(
+        std::make_unique<Table>(rows, width, width + pad, wrap_add(t.salt, 7919 * g), null));
   return out;
 }
 
@@ -186,7 +187,8 @@ std::unique_ptr<StepMemory> make_step(const FuzzCall& k, int32_t num_groups) {
     std::copy(k.accepted.begin(), k.accepted.end(), m->accepted.get());
   }
   const bool groups = k.op == Op::BuildGroups || k.op == Op::CaptureGroups;
-  const int32_t count = groups ? std::clamp(num_groups + k.tables_skew, 0, 66) : 1;
+  const int32_t count =
+      groups ? std::clamp(num_groups + std::clamp(k.tables_skew, -2, 2), 0, 66) : 1;
   m->tables = make_tables(k.table, static_cast<int32_t>(n), count, k.flags & FuzzCall::NullTable);
   for (const auto& t : m->tables) m->views.push_back(t->view());
 

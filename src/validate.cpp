@@ -129,6 +129,10 @@ void validate_tables(std::span<const BlockTable> tables) {
           fmt::format("block_table of group {}: width = {} and row_stride = {} (need 1 <= width "
                       "<= row_stride)",
                       g, t.width, t.row_stride));
+    // Row offsets are row * row_stride in int64: a stride no memory can hold would wrap.
+    if (t.row_stride > INT32_MAX)
+      fail(fmt::format("block_table of group {}: row_stride = {} exceeds INT32_MAX", g,
+                       t.row_stride));
   }
 }
 

@@ -82,6 +82,18 @@ TEST(Hardening, AlignedWidthStillAcceptsAWideEnoughTable) {
             (testing::Ints2{{100, 101, 102}, {108, 109, 110}}));
 }
 
+TEST(Hardening, RowStridesThatWouldWrapARowOffsetAreRejected) {
+  GdnMetadataBuilder b(spec_config(), testing::host_options());
+  HostStep s;
+  s.lens({3, 3}).seq({10, 12}).draft_counts({2, 2}).accepted_counts({1, 1}).iota_table(4);
+  Step bad = s.step();
+  bad.block_table.row_stride = INT64_MAX / 2;  // row 1's offset alone is past any memory
+  expect_error([&] { b.build(bad); },
+               {"block_table of group 0", "row_stride = 4611686018427387903", "exceeds INT32_MAX"});
+  const Metadata built = b.build(s.step());
+  expect_error([&] { b.update_block_table(built, bad.block_table); }, {"exceeds INT32_MAX"});
+}
+
 // ---- item 4: query_start_loc differences that wrap -----------------------------------
 
 TEST(Hardening, WrappedQueryStartLocIsRejected) {
