@@ -93,9 +93,9 @@ class Table {
     // 8-byte aligned rows (even stride) so that the poisoned padding is exact.
     data_.reset(new int32_t[static_cast<size_t>(n)]);
     size_ = n;
-    for (int64_t i = 0; i < n; ++i)
-      data_[static_cast<size_t>(i)] =
-          static_cast<int32_t>((i % stride) + 1000 * (i / stride)) ^ salt;
+    for (int32_t r = 0; r < rows; ++r)  // entry (r, c) = (1000 r + c) ^ salt; padding unset
+      for (int32_t c = 0; c < width; ++c)
+        data_[static_cast<size_t>(r * stride + c)] = (1000 * r + c) ^ salt;
     for (int32_t r = 0; r + 1 < rows; ++r)
       ASAN_POISON_MEMORY_REGION(data_.get() + r * stride + width,
                                 static_cast<size_t>(stride - width) * sizeof(int32_t));
