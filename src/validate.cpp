@@ -19,15 +19,25 @@ void validate_config(const Config& c, BuilderKind kind) {
   if (kind != BuilderKind::Gdn && kind != BuilderKind::Kda)
     fail(fmt::format("builder kind = {} is neither GDN (0) nor KDA (1)",
                      static_cast<int32_t>(kind)));
-  auto in_range = [](const char* field, int32_t v, int32_t lo, int32_t hi) {
-    if (v < lo || v > hi) fail(fmt::format("config.{} = {} must be in [{}, {}]", field, v, lo, hi));
+  auto positive = [](const char* field, int32_t v) {
+    if (v <= 0) fail(fmt::format("config.{} = {} must be positive", field, v));
   };
-  in_range("num_spec", c.num_spec, 0, kMaxNumSpec);
-  in_range("max_num_seqs", c.max_num_seqs, 1, kMaxNumSeqs);
-  in_range("max_num_batched_tokens", c.max_num_batched_tokens, 1, kMaxNumBatchedTokens);
-  in_range("block_size", c.block_size, 1, INT32_MAX);
-  in_range("num_speculative_blocks", c.num_speculative_blocks, 0, INT32_MAX);
-  in_range("num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks, 0, INT32_MAX);
+  auto non_negative = [](const char* field, int32_t v) {
+    if (v < 0) fail(fmt::format("config.{} = {} must be >= 0", field, v));
+  };
+  auto at_most = [](const char* field, int32_t v, const char* bound, int32_t most) {
+    if (v > most) fail(fmt::format("config.{} = {} exceeds {} = {}", field, v, bound, most));
+  };
+  non_negative("num_spec", c.num_spec);
+  at_most("num_spec", c.num_spec, "kMaxNumSpec", kMaxNumSpec);
+  positive("max_num_seqs", c.max_num_seqs);
+  at_most("max_num_seqs", c.max_num_seqs, "kMaxNumSeqs", kMaxNumSeqs);
+  positive("max_num_batched_tokens", c.max_num_batched_tokens);
+  at_most("max_num_batched_tokens", c.max_num_batched_tokens, "kMaxNumBatchedTokens",
+          kMaxNumBatchedTokens);
+  positive("block_size", c.block_size);
+  non_negative("num_speculative_blocks", c.num_speculative_blocks);
+  non_negative("num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks);
   const auto mode = static_cast<int32_t>(c.mamba_cache_mode);
   if (c.mamba_cache_mode != CacheMode::None && c.mamba_cache_mode != CacheMode::All &&
       c.mamba_cache_mode != CacheMode::Align)
