@@ -88,7 +88,7 @@ class Table {
  public:
   Table(int32_t rows, int32_t width, int64_t stride, int32_t salt, bool null)
       : width_(width), stride_(stride), null_(null) {
-    if (null || width < 1 || stride < width) return;  // invalid: nothing is read
+    if (null || width < 1 || stride < width || stride > INT32_MAX) return;  // rejected: not read
     const int64_t n = (rows - 1) * stride + width;
     // 8-byte aligned rows (even stride) so that the poisoned padding is exact.
     data_.reset(new int32_t[static_cast<size_t>(n)]);
@@ -121,12 +121,15 @@ class Table {
 };
 
 /// The tables of a call: widths and strides bounded so the harness never lies about
-/// the memory behind a pointer.
+/// the memory behind a pointer, except for a stride pad of INT32_MIN: a row stride
+/// above INT32_MAX, which validation must reject before anything reads the table.
 std::vector<std::unique_ptr<Table>> make_tables(const FuzzTable& t, int32_t rows, int32_t count,
                                                 bool null) {
   int32_t width = std::min(t.width, kMaxWidth);
   int64_t pad = std::clamp(t.stride_pad, -1, kMaxStridePad);
-  if (width > 0 && pad >= 0) {
+  if (t.stride_pad == INT32_MIN) {
+    pad = (int64_t{1} << 40) + (t.salt & 0xFFFF);
+  } else if (width > 0 && pad >= 0) {
     pad += (width + pad) % 2;  // even stride: 8-byte aligned rows
     const int64_t per_table = kMaxTableElements / std::max(count, 1);
     while (width > 1 && static_cast<int64_t>(rows) * (width + pad) > per_table) width /= 2;

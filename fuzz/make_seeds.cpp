@@ -1,11 +1,13 @@
 // linmeta_fuzz_seeds CASES.jsonl OUT_DIR: writes one fuzz program per case (SPEC §10)
 // into OUT_DIR (the seed corpus of linmeta_fuzz): the case's configuration, its build
-// call, then an update_block_table of group 0.
+// call, then an update_block_table of group 0; plus the edge programs below.
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "case_file.hpp"
 #include "fuzz_program.hpp"
@@ -68,7 +70,79 @@ FuzzProgram program_of(const cases::Case& c) {
   return p;
 }
 
+/// A two-row spec step (ql 3, 2 drafts each) over a table of `width` columns.
+FuzzCall spec_call(int32_t width) {
+  FuzzCall k;
+  k.op = Op::Build;
+  k.flags = FuzzCall::HasDrafts | FuzzCall::HasAccepted | FuzzCall::HasPrefilling;
+  k.num_reqs = 2;
+  k.qsl_steps = {3, 3};
+  k.seq_ub = {10, 12};
+  k.prefilling = {0, 0};
+  k.drafts = {2, 2};
+  k.accepted = {1, 2};
+  k.table.width = width;
+  return k;
+}
+
+/// Programs at the edges issue 13 found (tests/host/hardening_test.cpp has each as a
+/// test): seeds near the limits, for the fuzzer to mutate.
+std::vector<FuzzProgram> edge_programs() {
+  std::vector<FuzzProgram> out;
+  FuzzConfig spec;
+  spec.num_spec = 2;
+  spec.num_speculative_blocks = 2;
+  {  // item 2: an upper bound of INT32_MAX with block_size 1 (align mode)
+    FuzzProgram p{spec, {spec_call(4)}};
+    p.config.mamba_cache_mode = static_cast<int32_t>(CacheMode::Align);
+    p.config.block_size = 1;
+    p.calls[0].seq_ub = {INT32_MAX, 12};
+    p.calls[0].flags = static_cast<uint8_t>(p.calls[0].flags | FuzzCall::DeviceSeqDiffers);
+    p.calls[0].seq_delta = {INT32_MIN + 10, 0};
+    out.push_back(p);
+  }
+  {  // item 4: query_start_loc [0, INT32_MAX, INT32_MIN]
+    FuzzProgram p{spec, {spec_call(3)}};
+    p.calls[0].qsl_steps = {INT32_MAX, 1};
+    out.push_back(p);
+  }
+  {  // item 5: drafts whose int32 sum wraps to 0
+    FuzzProgram p{spec, {spec_call(3)}};
+    p.calls[0].drafts = {INT32_MAX, INT32_MAX};
+    out.push_back(p);
+  }
+  {  // item 6: configuration fields at INT32_MAX
+    FuzzProgram p{spec, {spec_call(3)}};
+    p.config.max_num_seqs = INT32_MAX;
+    p.config.num_spec = INT32_MAX;
+    out.push_back(p);
+  }
+  {  // item 7: KDA RecoverSSM without accepted counts, then a re-gather
+    FuzzProgram p{spec, {spec_call(3)}};
+    p.config.flags = FuzzConfig::Kda | FuzzConfig::RecoverSsm | FuzzConfig::FullGraph;
+    p.config.num_speculative_blocks = 0;
+    p.calls[0].flags &= static_cast<uint8_t>(~FuzzCall::HasAccepted);
+    p.calls[0].accepted.clear();
+    FuzzCall u;
+    u.op = Op::Update;
+    u.table.width = 3;
+    u.table.salt = 5;
+    p.calls.push_back(u);
+    out.push_back(p);
+  }
+  return out;
+}
+
 }  // namespace
+
+/// The bytes of `p`, checked to decode back to the same program.
+std::vector<uint8_t> encode_checked(const FuzzProgram& p) {
+  auto bytes = encode(p);
+  if (encode(decode(bytes.data(), bytes.size())) != bytes)
+    throw std::runtime_error("a seed does not decode to the program it encodes");
+  return bytes;
+}
+
 }  // namespace linmeta::fuzz
 
 int main(int argc, char** argv) {
@@ -82,8 +156,14 @@ int main(int argc, char** argv) {
     int count = 0;
     for (const auto& j : linmeta::cases::read_jsonl(argv[1])) {
       const auto bytes =
-          linmeta::fuzz::encode(linmeta::fuzz::program_of(linmeta::cases::parse_case(j)));
+          linmeta::fuzz::encode_checked(linmeta::fuzz::program_of(linmeta::cases::parse_case(j)));
       std::ofstream f(out / ("case-" + std::to_string(count++)), std::ios::binary);
+      f.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+    }
+    for (const auto& p : linmeta::fuzz::edge_programs()) {
+      const auto bytes = linmeta::fuzz::encode_checked(p);
+      std::ofstream f(out / ("edge-" + std::to_string(count++)), std::ios::binary);
       f.write(reinterpret_cast<const char*>(bytes.data()),
               static_cast<std::streamsize>(bytes.size()));
     }
