@@ -305,6 +305,9 @@ void run(const FuzzProgram& prog) {
   try {
     builder.emplace(kind, config, options);
   } catch (const Error&) {
+    // A valid configuration fails only for its group count (1..kMaxGroups = 64).
+    if (fc.num_groups >= 1 && fc.num_groups <= 64)
+      finding("the constructor rejects a configuration validate_config accepts");
     return;
   }
   MetadataBuilder& b = *builder;
