@@ -3,7 +3,7 @@
 # nlohmann-json for the tests and tools only.
 find_package(CUDAToolkit REQUIRED)
 find_package(fmt REQUIRED)
-if(LINMETA_BUILD_TESTS OR LINMETA_BUILD_TOOLS)
+if(LINMETA_BUILD_TESTS OR LINMETA_BUILD_TOOLS OR LINMETA_BUILD_FUZZ)
   find_package(nlohmann_json REQUIRED)
 endif()
 if(LINMETA_BUILD_TESTS)

@@ -4,7 +4,9 @@
 # Debian's archive at that version.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ clang libgtest-dev libfmt-dev nlohmann-json3-dev clang-format python3-pip python3-venv)
+# clang + libclang-rt-dev (compiler-rt: libFuzzer, ASan, UBSan, TSan) for the fuzz and tsan presets.
+packages=(cmake ninja-build g++ libgtest-dev libfmt-dev nlohmann-json3-dev clang-format python3-pip
+  python3-venv clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

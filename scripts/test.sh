@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite (what CI runs via .ci/run): dependencies, release build (host and GPU
-# tests; GPU tests skip without a device), host tests under ASan + UBSan, the replay tool over
-# the case files, the example consumer projects, the docs check and the Python package tests.
+# tests; GPU tests skip without a device), host tests under ASan + UBSan, the fuzz target for
+# 3 minutes, the concurrency tests under TSan, the replay tool over the case files, the example
+# consumer projects, the docs check and the Python package tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -24,6 +25,14 @@ cmake --preset asan
 cmake --build --preset asan --target linmeta_tests linmeta-replay linmeta-bench linmeta_fatbin_check \
   engine_loop
 ctest --preset asan
+
+echo "== fuzz target: ${LINMETA_CI_FUZZ_SECONDS:-180} s, fails on any finding (docs/fuzzing.md)"
+scripts/fuzz.sh "${LINMETA_CI_FUZZ_SECONDS:-180}"
+
+echo "== ThreadSanitizer (host concurrency tests)"
+cmake --preset tsan
+cmake --build --preset tsan
+ctest --preset tsan
 
 echo "== replay tool over the case files"
 build/release/tools/linmeta-replay check tests/data/public.jsonl --target host --jobs 2

@@ -13,6 +13,7 @@
 #include "executor.hpp"
 #include "linmeta/error.hpp"
 #include "pack.hpp"
+#include "reentry_guard.hpp"
 #include "step_plan.hpp"
 
 namespace linmeta {
@@ -40,6 +41,7 @@ class MetadataBuilder::Impl {
 
   std::span<const Metadata> build(const Step& step, std::span<const BlockTable> tables,
                                   Stream stream, bool capture) {
+    const auto scope = reentry_.enter("build");
     using Clock = std::chrono::steady_clock;
     const int32_t G = options_.num_groups;
     if (static_cast<int32_t>(tables.size()) != G)
@@ -82,6 +84,7 @@ class MetadataBuilder::Impl {
 
   Metadata update_block_table(const Metadata& m, const BlockTable& table, int32_t group,
                               Stream stream) {
+    const auto scope = reentry_.enter("update_block_table");
     if (!built_) throw Error("linmeta: update_block_table before any build");
     if (group < 0 || group >= options_.num_groups)
       throw Error(fmt::format("linmeta: update_block_table group = {} is outside [0, {})", group,
@@ -138,6 +141,7 @@ class MetadataBuilder::Impl {
   std::vector<TableRef> tables_;
   BuildTiming timing_;
   int64_t last_upload_bytes_ = 0;
+  DebugReentryGuard reentry_;  ///< debug builds: one builder used from two threads throws
 };
 
 MetadataBuilder::MetadataBuilder(BuilderKind kind, const Config& config,

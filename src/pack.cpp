@@ -362,6 +362,7 @@ void Packer::finish(std::span<const TableRef> tables, int32_t group_begin) {
   });
   h.align = c_.mamba_cache_mode == CacheMode::Align ? 1 : 0;
   h.block_size = c_.block_size;
+  // The one rule of where accepted counts come from (validate.cpp: reads_accepted).
   h.accepted_from = (kda_ && c_.use_recoverssm) ? AcceptedFrom::Ones
                     : p_.capture                ? AcceptedFrom::QueryLens
                                                 : AcceptedFrom::Input;

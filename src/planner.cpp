@@ -65,7 +65,7 @@ int32_t detect_spec(Ctx& x) {
   if (x.c.num_spec == 0 || x.drafts == nullptr) return 0;
   const bool recover = x.kda() && x.c.use_recoverssm;
   if (recover) require_is_prefilling(x.s, "by KDA RecoverSSM spec detection");
-  int32_t count = 0, drafts = 0;  // drafts <= tokens: fits
+  int32_t count = 0, drafted = 0;  // drafted: some spec row carries a draft
   const int32_t* d = x.drafts;
   int32_t* mask = p.mask.data();
   for (int32_t r = 0; r < p.num_reqs; ++r) mask[r] = static_cast<int32_t>(d[r] >= 0);
@@ -79,14 +79,15 @@ int32_t detect_spec(Ctx& x) {
       mask[r] &= static_cast<int32_t>(p.ql(r) <= x.c.num_spec + 1);
   for (int32_t r = 0; r < p.num_reqs; ++r) {
     count += mask[r];
-    drafts += mask[r] * d[r];
+    drafted |= mask[r] & static_cast<int32_t>(d[r] > 0);
   }
   // R1 / K1 (vllm-0.34): no zero-draft fallback; spec rows whose drafts are all 0 still
   // take the spec path, the only one that applies the accepted-token offsets.
   if (x.v034()) return count;
   // Seed: GDN: no spec rows or no draft at all -> regular path. KDA: only without
-  // RecoverSSM, which must keep its extended conv window even for draftless rows.
-  if (drafts == 0 && !recover) return 0;
+  // RecoverSSM, which must keep its extended conv window even for draftless rows. (The
+  // reference sums the drafts of the spec rows, each >= 0: the sum is 0 iff none is positive.)
+  if (drafted == 0 && !recover) return 0;
   return count;
 }
 
@@ -226,7 +227,7 @@ void plan_spec(Ctx& x) {
   StepPlan& p = x.p;
   const int32_t n = p.num_reqs;
   const int32_t S = x.cap.spec_cols;
-  if (!x.capture) require_accepted(x.s);
+  require_accepted(x.c, x.kind, x.s, x.capture);
 
   // Row statistics in one vectorisable pass (GDN keeps zero-length padding as
   // non-spec rows, KDA drops it); row lists are written only when they are needed.
@@ -471,8 +472,8 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
     const auto& seq = s.seq_lens_cpu_upper_bound;
     int32_t longest = 0;
     for (const int32_t v : seq) longest = std::max(longest, v);
-    const int32_t start = longest > 0 ? (longest - 1) / c.block_size : 0;
-    const int32_t cols = start + c.num_speculative_blocks + 1;
+    const int64_t start = longest > 0 ? (longest - 1) / c.block_size : 0;
+    const int64_t cols = start + c.num_speculative_blocks + 1;  // 64-bit: cannot wrap
     // The row only names the failure: look for it when some table is too narrow.
     int32_t row = 0;
     for (const BlockTable& t : tables)

@@ -58,27 +58,44 @@ void validate_profile(const Config& c, BuilderKind kind) {
 }  // namespace
 
 void validate_config(const Config& c, BuilderKind kind) {
+  if (kind != BuilderKind::Gdn && kind != BuilderKind::Kda)
+    fail(fmt::format("builder kind = {} is neither GDN (0) nor KDA (1)",
+                     static_cast<int32_t>(kind)));
   auto positive = [](const char* field, int32_t v) {
     if (v <= 0) fail(fmt::format("config.{} = {} must be positive", field, v));
   };
+  auto non_negative = [](const char* field, int32_t v) {
+    if (v < 0) fail(fmt::format("config.{} = {} must be >= 0", field, v));
+  };
+  auto at_most = [](const char* field, int32_t v, const char* bound, int32_t most) {
+    if (v > most) fail(fmt::format("config.{} = {} exceeds {} = {}", field, v, bound, most));
+  };
+  non_negative("num_spec", c.num_spec);
+  at_most("num_spec", c.num_spec, "kMaxNumSpec", kMaxNumSpec);
   positive("max_num_seqs", c.max_num_seqs);
+  at_most("max_num_seqs", c.max_num_seqs, "kMaxNumSeqs", kMaxNumSeqs);
   positive("max_num_batched_tokens", c.max_num_batched_tokens);
+  at_most("max_num_batched_tokens", c.max_num_batched_tokens, "kMaxNumBatchedTokens",
+          kMaxNumBatchedTokens);
   positive("block_size", c.block_size);
-  if (c.num_spec < 0) fail(fmt::format("config.num_spec = {} must be >= 0", c.num_spec));
-  if (c.num_speculative_blocks < 0)
-    fail(fmt::format("config.num_speculative_blocks = {} must be >= 0", c.num_speculative_blocks));
-  if (c.num_prefill_checkpoint_blocks < 0)
-    fail(fmt::format("config.num_prefill_checkpoint_blocks = {} must be >= 0",
-                     c.num_prefill_checkpoint_blocks));
+  non_negative("num_speculative_blocks", c.num_speculative_blocks);
+  non_negative("num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks);
+  const auto mode = static_cast<int32_t>(c.mamba_cache_mode);
+  if (c.mamba_cache_mode != CacheMode::None && c.mamba_cache_mode != CacheMode::All &&
+      c.mamba_cache_mode != CacheMode::Align)
+    fail(fmt::format("config.mamba_cache_mode = {} is none of none (0), all (1), align (2)", mode));
   if (kind == BuilderKind::Gdn && c.use_recoverssm)
     fail("config.use_recoverssm is a KDA option; the GDN builder does not support it");
   validate_profile(c, kind);
+  // The bounds above keep every capacity within int32.
   const auto cap = detail::Capacity::of(c, kind);
-  if (c.mamba_cache_mode == CacheMode::Align && c.num_speculative_blocks + 1 < cap.spec_cols)
+  if (c.mamba_cache_mode == CacheMode::Align &&
+      static_cast<int64_t>(c.num_speculative_blocks) + 1 < cap.spec_cols)
     fail(fmt::format(
         "config.num_speculative_blocks = {} gathers {} aligned state slots, fewer than the {} a "
         "spec row needs (num_spec + 1)",
-        c.num_speculative_blocks, c.num_speculative_blocks + 1, cap.spec_cols));
+        c.num_speculative_blocks, static_cast<int64_t>(c.num_speculative_blocks) + 1,
+        cap.spec_cols));
 }
 
 namespace detail {
@@ -104,9 +121,13 @@ void validate_step(const Config& c, BuilderKind /*kind*/, const Step& s, bool ca
   // Row checks run as reductions; the offending row is searched for only on failure.
   const auto& q = s.query_start_loc_cpu;
   if (q[0] != 0) fail(fmt::format("query_start_loc_cpu[0] = {} must be 0", q[0]));
-  int32_t min_len = 0;
-  for (int32_t r = 0; r < n; ++r) min_len = std::min(min_len, q[r + 1] - q[r]);
-  if (min_len < 0)
+  // Compared, not subtracted: the difference of two arbitrary int32 values wraps (a
+  // [0, INT32_MAX, INT32_MIN] prefix would pass as "increasing"). A non-decreasing qsl
+  // from 0 up to num_actual_tokens <= max_num_batched_tokens keeps every later query
+  // length and cumsum within int32.
+  bool decreases = false;
+  for (int32_t r = 0; r < n; ++r) decreases |= q[r + 1] < q[r];
+  if (decreases)
     for (int32_t r = 0; r < n; ++r)
       if (q[r + 1] < q[r])
         fail(fmt::format("query_start_loc_cpu decreases at row {}: [{}] = {} > [{}] = {}", r, r,
@@ -128,6 +149,17 @@ void validate_step(const Config& c, BuilderKind /*kind*/, const Step& s, bool ca
   };
   check_min(s.seq_lens_cpu_upper_bound, 0, "seq_lens_cpu_upper_bound", "is negative");
   check_min(s.num_decode_draft_tokens, -1, "num_decode_draft_tokens", "is below -1");
+  // A row drafts at most num_spec tokens (read only when speculative decoding is on).
+  if (c.num_spec > 0) {
+    int32_t most = 0;
+    for (const int32_t x : s.num_decode_draft_tokens) most = std::max(most, x);
+    if (most > c.num_spec) {
+      const auto& d = s.num_decode_draft_tokens;
+      const auto r = std::find(d.begin(), d.end(), most) - d.begin();
+      fail(fmt::format("num_decode_draft_tokens[{}] = {} exceeds num_spec = {}", r, most,
+                       c.num_spec));
+    }
+  }
   if (capture) {
     const int32_t d = c.decode_cudagraph_max_bs();
     if (n > d || s.num_actual_tokens > d)
@@ -150,6 +182,10 @@ void validate_tables(std::span<const BlockTable> tables) {
           fmt::format("block_table of group {}: width = {} and row_stride = {} (need 1 <= width "
                       "<= row_stride)",
                       g, t.width, t.row_stride));
+    // Row offsets are row * row_stride in int64: a stride no memory can hold would wrap.
+    if (t.row_stride > INT32_MAX)
+      fail(fmt::format("block_table of group {}: row_stride = {} exceeds INT32_MAX", g,
+                       t.row_stride));
   }
 }
 
@@ -168,8 +204,12 @@ void require_is_prefilling(const Step& s, const char* why) {
   if (s.is_prefilling.empty()) fail(fmt::format("is_prefilling is required {}", why));
 }
 
-void require_accepted(const Step& s) {
-  if (s.num_accepted_tokens == nullptr)
+bool reads_accepted(const Config& c, BuilderKind kind, bool capture) {
+  return !capture && !(kind == BuilderKind::Kda && c.use_recoverssm);
+}
+
+void require_accepted(const Config& c, BuilderKind kind, const Step& s, bool capture) {
+  if (reads_accepted(c, kind, capture) && s.num_accepted_tokens == nullptr)
     fail("num_accepted_tokens (device) is null but the step has spec-decode rows");
 }
 

@@ -21,14 +21,22 @@ void check_spec_row_length(const Config& config, BuilderKind kind, int32_t row, 
 
 /// A required host array for the path the step takes.
 void require_is_prefilling(const Step& step, const char* why);
-void require_accepted(const Step& step);
 
-/// The widest block-table read of a step: `cols` columns at row `row`.
+/// Whether a spec-decode build reads step.num_accepted_tokens: not a capture build
+/// (accepted = query lengths, SPEC §7 F) nor KDA RecoverSSM (all ones, SPEC §8; the
+/// pointer may be null there). pack.cpp's AcceptedFrom choice is the same rule.
+[[nodiscard]] bool reads_accepted(const Config& config, BuilderKind kind, bool capture);
+/// The accepted counts of a spec-decode step, where reads_accepted().
+void require_accepted(const Config& config, BuilderKind kind, const Step& step, bool capture);
+
+/// The widest block-table read of a step: `cols` columns at row `row`. 64-bit: a
+/// column derived from a host upper bound near INT32_MAX must not wrap below a
+/// table's width.
 struct WidthNeed {
-  int32_t cols = 1;
+  int64_t cols = 1;
   int32_t row = 0;
   const char* what = "the state gather";
-  void need(int32_t c, int32_t r, const char* w) {
+  void need(int64_t c, int32_t r, const char* w) {
     if (c > cols) {
       cols = c;
       row = r;

@@ -16,6 +16,17 @@ inline constexpr int32_t kConvBlock = 8;
 /// FlashKDA chunk size that prefill checkpoints align to (SPEC §8).
 inline constexpr int32_t kKdaCheckpointAlign = 16;
 
+/// Upper bounds of the configuration: validate_config() rejects larger values. They keep
+/// every size and index the builders derive from a configuration within int32, and bound
+/// the memory a builder allocates (at the bounds: ~90 MB of persistent FULL-graph buffers
+/// per KV-cache group and ~170 MB of step-level arrays). `block_size`,
+/// `max_cudagraph_capture_size` and `num_speculative_blocks` need none: any int32 is
+/// safe (a block larger than every sequence gathers from column 0; the capture size only
+/// lowers D; a gather window wider than the block table is rejected at build time).
+inline constexpr int32_t kMaxNumSpec = 32;
+inline constexpr int32_t kMaxNumSeqs = 16384;
+inline constexpr int32_t kMaxNumBatchedTokens = 1 << 24;
+
 enum class CacheMode : int32_t { None, All, Align };
 /// Which reference's rules the builders follow (docs/semantics.md).
 ///  Seed:     the seed builders (vLLM's GDN builder as patched for GLM-5.3, the Kimi-K3 KDA
@@ -31,18 +42,22 @@ enum class BuilderKind : int32_t { Gdn, Kda };
 /// Where the builder runs and where its arrays live.
 enum class Target : int32_t { Host, Cuda };
 
+/// Every field is checked by validate_config() (each builder's constructor calls it);
+/// an invalid configuration throws linmeta::Error naming the field.
 struct Config {
-  /// Speculative tokens k per spec-decode row (0 = speculative decoding off).
+  /// Speculative tokens k per spec-decode row (0 = speculative decoding off), <= kMaxNumSpec.
   int32_t num_spec = 0;
-  /// Scheduler limit on rows per step (padding rows included).
+  /// Scheduler limit on rows per step (padding rows included), in [1, kMaxNumSeqs].
   int32_t max_num_seqs = 256;
-  /// Scheduler limit on (padded) tokens per step.
+  /// Scheduler limit on (padded) tokens per step, in [1, kMaxNumBatchedTokens].
   int32_t max_num_batched_tokens = 8192;
   /// FULL CUDA graphs enabled: decode-only steps are staged into persistent buffers.
   bool full_cuda_graph = false;
   /// Optional cap of the graph batch size; <= 0 means unset.
   int32_t max_cudagraph_capture_size = 0;
+  /// One of the three enumerators (a cast from another value is rejected).
   CacheMode mamba_cache_mode = CacheMode::None;
+  /// Tokens per block (> 0).
   int32_t block_size = 16;
   /// Extra aligned state slots gathered in align mode (= k, or 0 under RecoverSSM).
   int32_t num_speculative_blocks = 0;
@@ -59,16 +74,20 @@ struct Config {
   /// vllm-0.34 only (the seed profile takes Triton / FlashKda, whose rules it has).
   PrefillBackend prefill_backend = PrefillBackend::Triton;
 
-  /// D: rows (and tokens) the persistent FULL-graph buffers hold.
+  /// D: rows (and tokens) the persistent FULL-graph buffers hold. Computed in 64 bits
+  /// and saturated to [0, INT32_MAX], so that it is defined for any field values (a
+  /// valid configuration never saturates).
   [[nodiscard]] int32_t decode_cudagraph_max_bs() const {
-    int32_t d = max_num_seqs * (num_spec + 1);
+    int64_t d = static_cast<int64_t>(max_num_seqs) * (static_cast<int64_t>(num_spec) + 1);
     if (max_cudagraph_capture_size > 0 && max_cudagraph_capture_size < d)
       d = max_cudagraph_capture_size;
-    return d;
+    return d < 0 ? 0 : (d > INT32_MAX ? INT32_MAX : static_cast<int32_t>(d));
   }
 };
 
-/// Throws linmeta::Error naming the field when the configuration is unusable.
+/// Throws linmeta::Error naming the field when the configuration is unusable: a
+/// field outside its range above, an enum value that is none of its enumerators,
+/// or an option the builder kind does not have.
 void validate_config(const Config& config, BuilderKind kind);
 
 }  // namespace linmeta

@@ -6,8 +6,9 @@
 
 namespace linmeta {
 
-/// A [rows, width] int32 block table; row r starts at data + r * row_stride.
-/// On the cuda target `data` is device memory, on the host target host memory.
+/// A [rows, width] int32 block table; row r starts at data + r * row_stride
+/// (1 <= width <= row_stride <= INT32_MAX). On the cuda target `data` is device
+/// memory, on the host target host memory.
 struct BlockTable {
   const int32_t* data = nullptr;
   int32_t width = 0;
@@ -26,15 +27,18 @@ struct Step {
   std::span<const int32_t> query_start_loc_cpu;       ///< [num_reqs + 1]
   std::span<const int32_t> seq_lens_cpu_upper_bound;  ///< [num_reqs]
   std::span<const bool> is_prefilling;                ///< [num_reqs] or empty (absent)
-  std::span<const int32_t> num_decode_draft_tokens;   ///< [num_reqs] or empty (absent)
+  /// [num_reqs] or empty (absent): -1 (not a spec-decode row) or 0..num_spec.
+  std::span<const int32_t> num_decode_draft_tokens;
 
   // Device arrays (target memory).
   /// [num_reqs + 1], same values as the host copy. Not read: linmeta derives every
   /// query-length quantity from query_start_loc_cpu (optional).
   const int32_t* query_start_loc = nullptr;
-  const int32_t* seq_lens = nullptr;             ///< [num_reqs], exact
-  const int32_t* num_accepted_tokens = nullptr;  ///< [num_reqs] or null (absent)
-  BlockTable block_table;                        ///< this group's table, [num_reqs, width]
+  const int32_t* seq_lens = nullptr;  ///< [num_reqs], exact
+  /// [num_reqs] or null (absent). Read by spec-decode builds, except capture builds
+  /// (query lengths) and KDA RecoverSSM (all ones, SPEC §8).
+  const int32_t* num_accepted_tokens = nullptr;
+  BlockTable block_table;  ///< this group's table, [num_reqs, width]
 };
 
 }  // namespace linmeta

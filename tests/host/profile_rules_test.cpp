@@ -3,6 +3,8 @@
 // references' sources; tests/data/vllm034.jsonl checks the same rules on the real wheel.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "host_step.hpp"
 #include "linmeta/error.hpp"
 #include "src/step_plan.hpp"
@@ -30,20 +32,26 @@ Config config(BuilderKind kind, Profile profile, int32_t k, CacheMode mode = Cac
   return c;
 }
 
-Metadata build(BuilderKind kind, const Config& c, const HostStep& s) {
-  MetadataBuilder b(kind, c, testing::host_options());
-  return b.build(s.step());
+// Metadata views point into the builder's buffers: the result keeps its builder alive.
+struct Built : Metadata {
+  std::unique_ptr<MetadataBuilder> owner;
+};
+
+Built build(BuilderKind kind, const Config& c, const HostStep& s) {
+  auto b = std::make_unique<MetadataBuilder>(kind, c, testing::host_options());
+  const Metadata m = b->build(s.step());
+  return Built{m, std::move(b)};
 }
 
 // R1: two spec rows that drafted nothing. Seed: regular decode path; 0.34: spec path.
 TEST(ProfileRules, R1ZeroDraftsTakeTheSpecPathInVllm034) {
   HostStep s;
   s.lens({1, 1}).seq({10, 20}).draft_counts({0, 0}).accepted_counts({1, 2}).iota_table(3);
-  const Metadata seed = build(BuilderKind::Gdn, config(BuilderKind::Gdn, Profile::Seed, 2), s);
+  const Built seed = build(BuilderKind::Gdn, config(BuilderKind::Gdn, Profile::Seed, 2), s);
   EXPECT_EQ(seed.num_spec_decodes, 0);
   EXPECT_EQ(seed.num_decodes, 2);
   EXPECT_FALSE(seed.num_accepted_tokens);
-  const Metadata v = build(BuilderKind::Gdn, config(BuilderKind::Gdn, Profile::Vllm034, 2), s);
+  const Built v = build(BuilderKind::Gdn, config(BuilderKind::Gdn, Profile::Vllm034, 2), s);
   EXPECT_EQ(v.num_spec_decodes, 2);
   EXPECT_EQ(v.num_decodes, 0);
   EXPECT_EQ(vec(v.num_accepted_tokens), (Ints{1, 2}));
@@ -55,10 +63,10 @@ TEST(ProfileRules, R1ZeroDraftsTakeTheSpecPathInVllm034) {
 TEST(ProfileRules, R2PureSpecGathersTheFirstRows) {
   HostStep s;
   s.lens({0, 2}).seq({0, 12}).draft_counts({-1, 1}).accepted_counts({1, 2}).iota_table(2);
-  const Metadata seed = build(BuilderKind::Gdn, config(BuilderKind::Gdn, Profile::Seed, 1), s);
+  const Built seed = build(BuilderKind::Gdn, config(BuilderKind::Gdn, Profile::Seed, 1), s);
   EXPECT_EQ(rows_of(seed.spec_state_indices_tensor), (Ints2{{108, 109}}));
   EXPECT_EQ(vec(seed.num_accepted_tokens), (Ints{2}));
-  const Metadata v = build(BuilderKind::Gdn, config(BuilderKind::Gdn, Profile::Vllm034, 1), s);
+  const Built v = build(BuilderKind::Gdn, config(BuilderKind::Gdn, Profile::Vllm034, 1), s);
   EXPECT_EQ(rows_of(v.spec_state_indices_tensor), (Ints2{{100, 101}}));
   EXPECT_EQ(vec(v.num_accepted_tokens), (Ints{1}));
 }
@@ -79,7 +87,7 @@ TEST(ProfileRules, R4NoChunkMetadataWithFlashInfer) {
   Config c = config(BuilderKind::Gdn, Profile::Vllm034, 0);
   EXPECT_EQ(vec(build(BuilderKind::Gdn, c, s).chunk_offsets), (Ints{0, 2}));
   c.prefill_backend = PrefillBackend::FlashInfer;
-  const Metadata m = build(BuilderKind::Gdn, c, s);
+  const Built m = build(BuilderKind::Gdn, c, s);
   EXPECT_FALSE(m.chunk_indices);
   EXPECT_FALSE(m.chunk_offsets);
   EXPECT_TRUE(m.prefill_query_start_loc);
@@ -96,7 +104,7 @@ TEST(ProfileRules, K2LongRecoverSsmRowIsNonSpecInVllm034) {
   c.num_speculative_blocks = 0;
   EXPECT_THROW(build(BuilderKind::Kda, c, s), Error);
   c.profile = Profile::Vllm034;
-  const Metadata m = build(BuilderKind::Kda, c, s);
+  const Built m = build(BuilderKind::Kda, c, s);
   EXPECT_EQ(m.num_spec_decodes, 1);
   EXPECT_EQ(m.num_prefills, 1);
   EXPECT_EQ(m.num_prefill_tokens, 5);
@@ -108,11 +116,11 @@ TEST(ProfileRules, K2LongRecoverSsmRowIsNonSpecInVllm034) {
 TEST(ProfileRules, K3KdaNoSpecSplitFollowsGdnInVllm034) {
   HostStep s;
   s.lens({1, 1, 0}).seq({9, 1, 0}).prefilling({0, 1, 0}).iota_table(1).tokens(4);
-  const Metadata seed = build(BuilderKind::Kda, config(BuilderKind::Kda, Profile::Seed, 0), s);
+  const Built seed = build(BuilderKind::Kda, config(BuilderKind::Kda, Profile::Seed, 0), s);
   EXPECT_EQ(seed.num_decodes, 3);
   EXPECT_EQ(seed.num_decode_tokens, 4);
   EXPECT_EQ(seed.num_prefills, 0);
-  const Metadata v = build(BuilderKind::Kda, config(BuilderKind::Kda, Profile::Vllm034, 0), s);
+  const Built v = build(BuilderKind::Kda, config(BuilderKind::Kda, Profile::Vllm034, 0), s);
   EXPECT_EQ(v.num_decodes, 1);
   EXPECT_EQ(v.num_prefills, 1);
   EXPECT_EQ(v.num_prefill_tokens, 1);
@@ -128,12 +136,12 @@ TEST(ProfileRules, K4CheckpointRule) {
   Config c = config(BuilderKind::Kda, Profile::Seed, 0, CacheMode::Align);
   c.block_size = 64;
   c.num_prefill_checkpoint_blocks = 1;
-  const Metadata seed = build(BuilderKind::Kda, c, s);
+  const Built seed = build(BuilderKind::Kda, c, s);
   ASSERT_TRUE(seed.checkpoint.has_value());
   EXPECT_EQ(vec(seed.checkpoint->checkpoint_offsets), (Ints{192, 96, 0}));
   EXPECT_EQ(vec(seed.checkpoint->state_indices), (Ints{102, 110, 0}));
   c.profile = Profile::Vllm034;
-  const Metadata v = build(BuilderKind::Kda, c, s);
+  const Built v = build(BuilderKind::Kda, c, s);
   ASSERT_TRUE(v.checkpoint.has_value());
   EXPECT_EQ(vec(v.checkpoint->checkpoint_offsets), (Ints{192, 0, 192}));
   EXPECT_EQ(vec(v.checkpoint->state_indices), (Ints{102, 0, 118}));
