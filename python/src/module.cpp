@@ -4,10 +4,13 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <deque>
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "arrays.hpp"
@@ -69,8 +72,8 @@ Stream parse_stream(nb::handle s) {
 
 struct PyBuilder {
   PyBuilder(BuilderKind kind, const Config& config, const BuilderOptions& options,
-            int32_t device_id, ArrayType array_type)
-      : builder(kind, config, options), device_id(device_id), array_type(array_type) {}
+            int32_t device, ArrayType type)
+      : builder(kind, config, options), device_id(device), array_type(type) {}
 
   MetadataBuilder builder;
   int32_t device_id;  ///< cuda target: the device holding the buffers
@@ -419,6 +422,248 @@ void def_kind(nb::module_& m, nb::class_<PyBuilder>& /*base*/, const char* name,
           "capture_slots"_a = 8);
 }
 
+// ----------------------------------------------------------------------------------------------
+// The vLLM adapter's fast path (python/linmeta/vllm): one call per scheduler step and group,
+// inputs read in place, outputs as cached views of the builder's persistent buffers.
+
+/// Views of a builder's buffers, made once per (address, shape, dtype, memory) and handed out
+/// again on every later step with the same shape. A view with fewer rows than one made
+/// before at the same address is sliced from it (no DLPack export).
+class ViewCache {
+ public:
+  ViewCache(nb::object owner, int32_t device_id, ArrayType type)
+      : owner_(std::move(owner)), device_id_(device_id), type_(type) {}
+
+  template <class T>
+  nb::object get(const Array<T>& a, bool device, int64_t rows = -1) {
+    if (!a.present) return nb::none();
+    constexpr bool kBool = std::is_same_v<T, bool>;
+    const Key key{reinterpret_cast<uintptr_t>(a.data),
+                  rows >= 0 ? rows : a.rows,
+                  a.cols,
+                  a.ndim,
+                  kBool,
+                  device};
+    if (auto it = exact_.find(key); it != exact_.end()) return it->second;
+    if (exact_.size() >= kMaxExact) exact_.clear();
+    Key base_key = key;
+    base_key.rows = 0;
+    nb::object view;
+    auto base = bases_.find(base_key);
+    if (base != bases_.end() && base->second.rows >= key.rows && type_ != ArrayType::DLPack) {
+      nb::object sl = nb::steal(PySlice_New(nb::int_(0).ptr(), nb::int_(key.rows).ptr(), nullptr));
+      PyObject* r = PyObject_GetItem(base->second.view.ptr(), sl.ptr());
+      if (r == nullptr) throw nb::python_error();
+      view = nb::steal(r);
+    } else {
+      const nb::dlpack::dtype dt =
+          kBool ? nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Bool), 8, 1}
+                : nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Int), 32, 1};
+      view = export_array(a.data, a.ndim, key.rows, a.cols, dt, device ? kDLCUDA : kDLCPU,
+                          device ? device_id_ : 0, owner_, type_);
+      bases_[base_key] = Base{key.rows, view};
+    }
+    exact_.emplace(key, view);
+    return view;
+  }
+
+  [[nodiscard]] size_t size() const { return exact_.size(); }
+  void clear() {
+    exact_.clear();
+    bases_.clear();
+  }
+
+ private:
+  struct Key {
+    uintptr_t ptr;
+    int64_t rows;
+    int32_t cols;
+    int32_t ndim;
+    bool boolean;
+    bool device;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      size_t h = std::hash<uintptr_t>{}(k.ptr);
+      h ^= std::hash<int64_t>{}(k.rows) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+      h ^= static_cast<size_t>(k.cols) * 31 + static_cast<size_t>(k.ndim) * 7 +
+           (k.boolean ? 3 : 0) + (k.device ? 5 : 0);
+      return h;
+    }
+  };
+  struct Base {
+    int64_t rows;
+    nb::object view;
+  };
+  static constexpr size_t kMaxExact = 4096;
+
+  nb::object owner_;
+  int32_t device_id_;
+  ArrayType type_;
+  std::unordered_map<Key, nb::object, KeyHash> exact_;
+  std::unordered_map<Key, Base, KeyHash> bases_;
+};
+
+/// One builder's step state for the vLLM adapter: build every group once per step, then serve
+/// each group's fields (re-gathering its state indices when its table differs).
+class VllmSession {
+ public:
+  explicit VllmSession(nb::handle builder)
+      : builder_obj_(nb::borrow(builder)),
+        b_(nb::inst_ptr<PyBuilder>(builder)),
+        cache_(nb::borrow(builder), b_->device_id, b_->array_type) {}
+
+  /// Plans the step once, finishes every group from `tables` (one per group) and returns
+  /// group `group`'s fields.
+  nb::object build(const StepArgs& a, nb::handle tables, bool capture, int32_t group) {
+    PreparedStep p;
+    prepare(p, *b_, a);
+    if (!PyTuple_Check(tables.ptr()) && !PyList_Check(tables.ptr()))
+      throw nb::type_error("linmeta: tables must be a tuple or list of block tables");
+    nb::object seq = nb::borrow(tables);
+    const size_t G = nb::len(seq);
+    for (size_t g = 0; g < G; ++g)
+      p.tables.push_back(import_table(p, seq[g], "block_table", p.step.num_reqs, b_->memory()));
+    if (!p.tables.empty()) p.step.block_table = p.tables[0];
+    built_ = false;
+    std::span<const Metadata> ms =
+        capture ? b_->builder.build_groups_for_cudagraph_capture(p.step, p.tables, p.stream)
+                : b_->builder.build_groups(p.step, p.tables, p.stream);
+    mds_.assign(ms.begin(), ms.end());
+    num_reqs_ = p.step.num_reqs;
+    built_ = true;
+    return fields(group);
+  }
+
+  /// Group `group`'s fields of the last build; with a table, its state indices are first
+  /// re-gathered from that table (update_block_table).
+  nb::object serve(int32_t group, nb::handle table, nb::handle stream) {
+    check_group(group);
+    if (table.is_valid() && !table.is_none()) {
+      PreparedStep p;
+      p.stream = b_->builder.target() == Target::Cuda ? parse_stream(stream) : nullptr;
+      const Metadata& md = mds_[static_cast<size_t>(group)];
+      const BlockTable t = import_table(p, table, "block_table", num_reqs_, b_->memory());
+      mds_[static_cast<size_t>(group)] = b_->builder.update_block_table(md, t, group, p.stream);
+    }
+    return fields(group);
+  }
+
+  [[nodiscard]] size_t cached_views() const { return cache_.size(); }
+
+ private:
+  void check_group(int32_t group) const {
+    if (!built_) raise_error("VllmSession: no step built yet");
+    if (group < 0 || static_cast<size_t>(group) >= mds_.size())
+      raise_error("VllmSession: group " + std::to_string(group) + " is outside [0, " +
+                  std::to_string(mds_.size()) + ")");
+  }
+
+  /// (counts x7, uniform, 14 arrays, conv, commit, checkpoint): see linmeta/vllm.py.
+  nb::object fields(int32_t group) {
+    check_group(group);
+    const Metadata& m = mds_[static_cast<size_t>(group)];
+    const bool dev = m.target == Target::Cuda;
+    nb::object out = nb::steal(PyTuple_New(25));
+    int32_t i = 0;
+    auto put = [&](nb::object v) { PyTuple_SET_ITEM(out.ptr(), i++, v.release().ptr()); };
+    put(nb::int_(m.num_prefills));
+    put(nb::int_(m.num_prefill_tokens));
+    put(nb::int_(m.num_decodes));
+    put(nb::int_(m.num_decode_tokens));
+    put(nb::int_(m.num_spec_decodes));
+    put(nb::int_(m.num_spec_decode_tokens));
+    put(nb::int_(m.num_actual_tokens));
+    put(m.uniform_spec_sequence_length ? nb::object(nb::int_(*m.uniform_spec_sequence_length))
+                                       : nb::none());
+    put(cache_.get(m.has_initial_state, dev));
+    put(cache_.get(m.chunk_indices, dev));
+    put(cache_.get(m.chunk_offsets, dev));
+    put(cache_.get(m.prefill_query_start_loc, dev));
+    put(cache_.get(m.prefill_state_indices, dev));
+    put(cache_.get(m.prefill_has_initial_state, dev));
+    put(cache_.get(m.spec_query_start_loc, dev));
+    put(cache_.get(m.non_spec_query_start_loc, dev));
+    put(cache_.get(m.spec_state_indices_tensor, dev));
+    put(cache_.get(m.non_spec_state_indices_tensor, dev));
+    put(cache_.get(m.spec_sequence_masks, dev));
+    put(cache_.get(m.spec_token_indx, dev));
+    put(cache_.get(m.non_spec_token_indx, dev));
+    put(cache_.get(m.num_accepted_tokens, dev));
+    if (m.conv1d) {
+      const Conv1dMetadata& cv = *m.conv1d;
+      // vLLM's compute_causal_conv1d_metadata allocates 2 * max(1024, tot) programs.
+      const int64_t programs = 2 * std::max<int64_t>(1024, cv.tot);
+      if (programs > cv.batch_ptr.rows)
+        raise_error("conv1d program capacity " + std::to_string(cv.batch_ptr.rows) +
+                    " is below vLLM's 2 * max(1024, tot) = " + std::to_string(programs));
+      put(nb::make_tuple(cv.tot, cache_.get(cv.nums, false),
+                         cache_.get(cv.batch_ptr, dev, programs),
+                         cache_.get(cv.token_chunk_offset_ptr, dev, programs)));
+    } else {
+      put(nb::none());
+    }
+    if (m.recoverssm_commit) {
+      const RecoverSsmCommit& rc = *m.recoverssm_commit;
+      nb::object align = nb::none();
+      if (rc.align)
+        align =
+            nb::make_tuple(cache_.get(rc.align->num_computed_tokens, dev), rc.align->block_size);
+      put(nb::make_tuple(cache_.get(rc.state_indices, dev), cache_.get(rc.query_start_loc, dev),
+                         cache_.get(rc.request_indices, dev), align));
+    } else {
+      put(nb::none());
+    }
+    if (m.checkpoint)
+      put(nb::make_tuple(cache_.get(m.checkpoint->checkpoint_offsets, dev),
+                         cache_.get(m.checkpoint->state_indices, dev)));
+    else
+      put(nb::none());
+    return out;
+  }
+
+  nb::object builder_obj_;  ///< keeps the builder (and its buffers) alive
+  PyBuilder* b_;
+  ViewCache cache_;
+  std::vector<Metadata> mds_;
+  int32_t num_reqs_ = 0;
+  bool built_ = false;
+};
+
+void bind_vllm_session(nb::module_& m) {
+  nb::class_<VllmSession>(
+      m, "VllmSession",
+      "Fast path of linmeta.vllm (internal): builds a step for every KV-cache group of a builder "
+      "and serves each group's fields as a tuple of cached views of the persistent buffers.")
+      .def(nb::init<nb::handle>(), "builder"_a)
+      .def(
+          "build",
+          [](VllmSession& s, nb::handle qsl_cpu, nb::handle seq_lens, nb::handle ub,
+             nb::handle num_actual_tokens, nb::handle qsl, nb::handle is_prefilling,
+             nb::handle drafts, nb::handle accepted, nb::handle num_reqs, nb::handle stream,
+             nb::handle tables, bool capture, int32_t group) {
+            StepArgs a;
+            a.query_start_loc_cpu = qsl_cpu;
+            a.seq_lens = seq_lens;
+            a.seq_lens_cpu_upper_bound = ub;
+            a.num_actual_tokens = num_actual_tokens;
+            a.query_start_loc = qsl;
+            a.is_prefilling = is_prefilling;
+            a.num_decode_draft_tokens_cpu = drafts;
+            a.num_accepted_tokens = accepted;
+            a.num_reqs = num_reqs;
+            a.stream = stream;
+            return s.build(a, tables, capture, group);
+          },
+          "query_start_loc_cpu"_a.none(), "seq_lens"_a.none(), "seq_lens_cpu_upper_bound"_a.none(),
+          "num_actual_tokens"_a, "query_start_loc"_a.none(), "is_prefilling"_a.none(),
+          "num_decode_draft_tokens_cpu"_a.none(), "num_accepted_tokens"_a.none(),
+          "num_reqs"_a.none(), "stream"_a.none(), "tables"_a, "capture"_a, "group"_a)
+      .def("serve", &VllmSession::serve, "group"_a, "table"_a.none(), "stream"_a.none())
+      .def_prop_ro("cached_views", &VllmSession::cached_views);
+}
+
 }  // namespace
 
 }  // namespace linmeta::py
@@ -445,6 +690,7 @@ NB_MODULE(_linmeta, m) {
       "Whether linmeta's CUDA runtime sees a device.");
 
   PyMetadata::bind(m);
+  bind_vllm_session(m);
 
   nb::class_<PyBuilder> base(
       m, "MetadataBuilder",
