@@ -71,8 +71,8 @@ Stream parse_stream(nb::handle s) {
 }
 
 struct PyBuilder {
-  PyBuilder(BuilderKind kind, const Config& config, const BuilderOptions& options,
-            int32_t device, ArrayType type)
+  PyBuilder(BuilderKind kind, const Config& config, const BuilderOptions& options, int32_t device,
+            ArrayType type)
       : builder(kind, config, options), device_id(device), array_type(type) {}
 
   MetadataBuilder builder;
