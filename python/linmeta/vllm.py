@@ -251,34 +251,36 @@ def metadata_classes(prefer_vllm: bool = True) -> dict:
     return out
 
 
+def _defaults(cls) -> dict:
+    """The default of every field of dataclass `cls` that has one (factories called)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            out[f.name] = f.default_factory()  # type: ignore[misc]
+    return out
+
+
 def _fast_constructor(cls):
-    """A constructor for dataclass `cls` taking a dict of field values: plain dataclasses get
-    their __dict__ filled directly (all fields, defaults included); others go through
+    """A constructor of dataclass `cls` from a dict holding every field (VllmSession starts
+    each dict from the defaults): plain dataclasses get the dict as their __dict__ (no
+    __init__ call); any other (__post_init__, slots, frozen, factories) goes through
     __init__."""
     fields = dataclasses.fields(cls)
     plain = (
         not hasattr(cls, "__post_init__")
-        and not hasattr(cls, "__slots__")
+        and "__slots__" not in cls.__dict__
         and not cls.__dataclass_params__.frozen
-        and all(f.init for f in fields)
+        and all(f.init and f.default_factory is dataclasses.MISSING for f in fields)
     )
     if not plain:
         return lambda values: cls(**values)
-    defaults = {}
-    for f in fields:
-        if f.default is not dataclasses.MISSING:
-            defaults[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            return lambda values: cls(**values)
-    names = {f.name for f in fields}
     new = object.__new__
 
     def make(values):
-        assert names.issuperset(values)
         obj = new(cls)
-        d = dict(defaults)
-        d.update(values)
-        obj.__dict__ = d
+        obj.__dict__ = values
         return obj
 
     return make
@@ -288,26 +290,26 @@ def _fast_constructor(cls):
 # dtype conversions (DELETE once linmeta's native dtypes land)
 
 
-def _vllm_dtypes(kind, f, accepted_dtype, staged_spec):
+def _vllm_dtypes(kind, d, accepted_dtype, staged_spec):
     """LINMETA-DTYPE-SHIM: linmeta returns every index array as int32; vLLM's builders mix
     int32 and int64. This is the ONE place that converts (a device op per converted array,
     prefill / mixed steps only). Delete it when linmeta's Metadata carries vLLM's dtypes
     natively (int64 chunk_offsets, int64 token index partitions of mixed batches, the caller's
     accepted-count dtype outside the FULL-graph buffers).
 
-    `f`: the mutable field list of VllmSession (see _F_*). Returns nothing."""
-    if f[_F_CHUNK_OFFSETS] is not None:
-        f[_F_CHUNK_OFFSETS] = f[_F_CHUNK_OFFSETS].to(torch.int64)
+    `d`: the field dict of one metadata object, converted in place."""
+    if d.get("chunk_offsets") is not None:
+        d["chunk_offsets"] = d["chunk_offsets"].to(torch.int64)
     # Stable-argsort token partitions (GDN mixed batches, every KDA batch that has them).
-    if f[_F_SPEC_TOKEN_INDX] is not None and (
-        kind == "kda" or f[_F_NUM_PREFILLS] > 0 or f[_F_NUM_DECODES] > 0
+    if d["spec_token_indx"] is not None and (
+        kind == "kda" or d["num_prefills"] > 0 or d["num_decodes"] > 0
     ):
-        f[_F_SPEC_TOKEN_INDX] = f[_F_SPEC_TOKEN_INDX].to(torch.int64)
-        f[_F_NON_SPEC_TOKEN_INDX] = f[_F_NON_SPEC_TOKEN_INDX].to(torch.int64)
+        d["spec_token_indx"] = d["spec_token_indx"].to(torch.int64)
+        d["non_spec_token_indx"] = d["non_spec_token_indx"].to(torch.int64)
     # Accepted counts outside the persistent int32 buffer keep the caller's dtype.
-    acc = f[_F_NUM_ACCEPTED]
+    acc = d["num_accepted_tokens"]
     if acc is not None and accepted_dtype is not torch.int32 and not staged_spec:
-        f[_F_NUM_ACCEPTED] = acc.to(accepted_dtype)
+        d["num_accepted_tokens"] = acc.to(accepted_dtype)
 
 
 def _as_int32(t):
@@ -319,75 +321,54 @@ def _as_int32(t):
 
 
 # --------------------------------------------------------------------------------------------
-# The fields tuple of VllmSession (python/src/module.cpp, VllmSession::fields)
+# The fields of VllmSession (python/src/module.cpp, VllmSession::Pos): the dataclass field
+# name each position is returned under (None: not returned; "_x": for the adapter only).
 
-(
-    _F_NUM_PREFILLS,
-    _F_NUM_PREFILL_TOKENS,
-    _F_NUM_DECODES,
-    _F_NUM_DECODE_TOKENS,
-    _F_NUM_SPEC_DECODES,
-    _F_NUM_SPEC_DECODE_TOKENS,
-    _F_NUM_ACTUAL_TOKENS,
-    _F_UNIFORM,
-    _F_HAS_INITIAL_STATE,
-    _F_CHUNK_INDICES,
-    _F_CHUNK_OFFSETS,
-    _F_PREFILL_QSL,
-    _F_PREFILL_STATE_INDICES,
-    _F_PREFILL_HAS_INITIAL_STATE,
-    _F_SPEC_QSL,
-    _F_NON_SPEC_QSL,
-    _F_SPEC_STATE_INDICES,
-    _F_NON_SPEC_STATE_INDICES,
-    _F_SPEC_SEQUENCE_MASKS,
-    _F_SPEC_TOKEN_INDX,
-    _F_NON_SPEC_TOKEN_INDX,
-    _F_NUM_ACCEPTED,
-    _F_CONV,
-    _F_COMMIT,
-    _F_CHECKPOINT,
-) = range(25)
-
-_GDN_NAMES = (
-    (_F_NUM_PREFILLS, "num_prefills"),
-    (_F_NUM_PREFILL_TOKENS, "num_prefill_tokens"),
-    (_F_NUM_DECODES, "num_decodes"),
-    (_F_NUM_DECODE_TOKENS, "num_decode_tokens"),
-    (_F_NUM_SPEC_DECODES, "num_spec_decodes"),
-    (_F_NUM_SPEC_DECODE_TOKENS, "num_spec_decode_tokens"),
-    (_F_NUM_ACTUAL_TOKENS, "num_actual_tokens"),
-    (_F_HAS_INITIAL_STATE, "has_initial_state"),
-    (_F_SPEC_QSL, "spec_query_start_loc"),
-    (_F_NON_SPEC_QSL, "non_spec_query_start_loc"),
-    (_F_SPEC_STATE_INDICES, "spec_state_indices_tensor"),
-    (_F_NON_SPEC_STATE_INDICES, "non_spec_state_indices_tensor"),
-    (_F_SPEC_SEQUENCE_MASKS, "spec_sequence_masks"),
-    (_F_SPEC_TOKEN_INDX, "spec_token_indx"),
-    (_F_NON_SPEC_TOKEN_INDX, "non_spec_token_indx"),
-    (_F_NUM_ACCEPTED, "num_accepted_tokens"),
-    (_F_UNIFORM, "uniform_spec_sequence_length"),
-    (_F_CHUNK_INDICES, "chunk_indices"),
-    (_F_CHUNK_OFFSETS, "chunk_offsets"),
-    (_F_PREFILL_QSL, "prefill_query_start_loc"),
-    (_F_PREFILL_STATE_INDICES, "prefill_state_indices"),
-    (_F_PREFILL_HAS_INITIAL_STATE, "prefill_has_initial_state"),
+_GDN_SESSION_NAMES = (
+    "num_prefills",
+    "num_prefill_tokens",
+    "num_decodes",
+    "num_decode_tokens",
+    "num_spec_decodes",
+    "num_spec_decode_tokens",
+    "num_actual_tokens",
+    "uniform_spec_sequence_length",
+    "has_initial_state",
+    "chunk_indices",
+    "chunk_offsets",
+    "prefill_query_start_loc",
+    "prefill_state_indices",
+    "prefill_has_initial_state",
+    "spec_query_start_loc",
+    "non_spec_query_start_loc",
+    "spec_state_indices_tensor",
+    "non_spec_state_indices_tensor",
+    "spec_sequence_masks",
+    "spec_token_indx",
+    "non_spec_token_indx",
+    "num_accepted_tokens",
+    "_conv",
+    None,  # RecoverSSM commit (KDA)
+    None,  # checkpoints (KDA)
+    "spec_sequence_masks_cpu",
 )
-# KDA's builder leaves the GDN-only fields at their defaults (None).
-_KDA_NAMES = tuple(
-    (i, n)
-    for i, n in _GDN_NAMES
-    if n
-    not in (
-        "spec_sequence_masks",
-        "uniform_spec_sequence_length",
-        "chunk_indices",
-        "chunk_offsets",
-        "prefill_query_start_loc",
-        "prefill_state_indices",
-        "prefill_has_initial_state",
-    )
+# KDA's builder leaves the GDN-only fields at their defaults (None) and no host spec mask.
+_KDA_UNSET = {
+    "uniform_spec_sequence_length",
+    "chunk_indices",
+    "chunk_offsets",
+    "prefill_query_start_loc",
+    "prefill_state_indices",
+    "prefill_has_initial_state",
+    "spec_sequence_masks",
+    "spec_sequence_masks_cpu",
+}
+_KDA_SESSION_NAMES = tuple(None if n in _KDA_UNSET else n for n in _GDN_SESSION_NAMES[:23]) + (
+    "_commit",
+    "_checkpoint",
+    None,
 )
+_MASK_RING_SLOTS = 4  # host spec-mask rows cycled by steps (spec_sequence_masks_cpu)
 
 
 def _conv_host_lists(nums):
@@ -434,8 +415,6 @@ class _Step:
         "capture",
         "served",
         "tables",
-        "accepted_dtype",
-        "masks_cpu",
         "conv",
     )
 
@@ -466,10 +445,11 @@ def _same_memory(a, b) -> bool:
 class _Engine:
     """A native builder with one KV-cache group per registered builder object."""
 
-    def __init__(self, kind: str, config: dict, device: torch.device):
+    def __init__(self, kind: str, config: dict, device: torch.device, cls):
         self.kind = kind
         self.config = dict(config)
         self.device = device
+        self.cls = cls
         self.token_capacity = config["max_num_batched_tokens"] or _DEFAULT_TOKEN_CAPACITY
         self.grow = config["max_num_batched_tokens"] is None
         self.slots: dict[int, weakref.ref] = {}
@@ -477,6 +457,11 @@ class _Engine:
         self.session = None
         self.step: _Step | None = None
         self.lock = threading.Lock()
+        self.mask_ring = None
+        if kind == "gdn" and config["num_spec"] > 0:
+            self.mask_ring = torch.zeros(
+                (_MASK_RING_SLOTS, config["max_num_seqs"]), dtype=torch.bool
+            )
 
     # -- groups
 
@@ -514,7 +499,10 @@ class _Engine:
                 self.native = cls(**cfg, target=target, num_groups=groups, array_type="torch")
         else:
             self.native = cls(**cfg, target=target, num_groups=groups, array_type="torch")
-        self.session = _linmeta.VllmSession(self.native)
+        session = _linmeta.VllmSession(self.native)
+        names = _KDA_SESSION_NAMES if self.kind == "kda" else _GDN_SESSION_NAMES
+        session.configure(names, _defaults(self.cls), self.mask_ring)
+        self.session = session
         self.step = None
 
     # -- steps
@@ -535,16 +523,39 @@ class _Engine:
         )
 
     def run(self, slot, m, table, accepted, drafts, capture):
-        """This group's fields (a list, see _F_*) and the step entry."""
+        """(this group's field dict, the step entry)."""
         qsl_cpu = m.query_start_loc_cpu
         ub = _seq_lens_upper_bound(m)
         s = self.step
-        if s is not None and self._matches(s, slot, m, qsl_cpu, ub, drafts, accepted, capture):
-            s.served.add(slot)
-            used = s.tables[slot] if slot < len(s.tables) else None
-            regather = not _same_memory(used, table)
+        if s is not None and slot not in s.served:
             stream = _current_stream(self.device)
-            return list(self.session.serve(slot, table if regather else None, stream)), s
+            # The runner hands every group the same tensor objects: checked in C++.
+            d = self.session.step(
+                qsl_cpu,
+                m.seq_lens,
+                ub,
+                m.num_actual_tokens,
+                m.query_start_loc,
+                m.is_prefilling,
+                drafts,
+                accepted,
+                m.num_reqs,
+                stream,
+                table,
+                capture,
+                slot,
+            )
+            if d is not None:
+                s.served.add(slot)
+                s.tables[slot] = table  # what this group's buffers now hold (prefetch)
+                return d, s
+            # Other objects with equal host values and the same device memory: same step.
+            if self._matches(s, slot, m, qsl_cpu, ub, drafts, accepted, capture):
+                s.served.add(slot)
+                used = s.tables[slot] if slot < len(s.tables) else None
+                regather = not _same_memory(used, table)
+                s.tables[slot] = table
+                return self.session.serve(slot, table if regather else None, stream), s
 
         self._ensure_native(m.num_actual_tokens)
         groups = self.native.num_groups
@@ -554,8 +565,7 @@ class _Engine:
                 cand = s.tables[g] if g < len(s.tables) else None
                 if g != slot and cand is not None and cand.shape[0] >= m.num_reqs:
                     tables[g] = cand
-        stream = _current_stream(self.device)
-        f = self.session.build(
+        d = self.session.build(
             qsl_cpu,
             m.seq_lens,
             ub,
@@ -565,7 +575,7 @@ class _Engine:
             drafts,
             accepted,
             m.num_reqs,
-            stream,
+            _current_stream(self.device),
             tables,
             capture,
             slot,
@@ -576,20 +586,18 @@ class _Engine:
         n.num_actual_tokens, n.num_reqs, n.capture = m.num_actual_tokens, m.num_reqs, capture
         n.served = {slot}
         n.tables = tables
-        n.masks_cpu = None
         n.conv = None
         self.step = n
-        return list(f), n
+        return d, n
 
     def regather(self, slot, metadata, table):
-        """Fields of `slot` with its state indices re-gathered from `table`, when `metadata`
+        """`slot`'s field dict with its state indices re-gathered from `table`, when `metadata`
         belongs to the last built step; None otherwise."""
         s = self.step
         if s is None or self.session is None or s.num_actual_tokens != metadata.num_actual_tokens:
             return None
-        stream = _current_stream(self.device)
         try:
-            return list(self.session.serve(slot, table, stream))
+            return self.session.serve(slot, table, _current_stream(self.device))
         except _linmeta.Error:
             return None
 
@@ -598,16 +606,16 @@ _ENGINES: dict[tuple, _Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def _engine(kind: str, config: dict, device: torch.device) -> _Engine:
+def _engine(kind: str, config: dict, device: torch.device, cls) -> _Engine:
     """The engine of every builder object with this configuration (one per KV-cache group).
     Engines whose builder objects are all gone are dropped here."""
-    key = (kind, str(device)) + tuple(sorted(config.items()))
+    key = (kind, str(device), cls) + tuple(sorted(config.items()))
     with _ENGINES_LOCK:
         for k in [k for k, e in _ENGINES.items() if k != key and not e.alive()]:
             del _ENGINES[k]
         e = _ENGINES.get(key)
         if e is None:
-            e = _ENGINES[key] = _Engine(kind, config, device)
+            e = _ENGINES[key] = _Engine(kind, config, device, cls)
         return e
 
 
@@ -659,13 +667,13 @@ class GDNAttentionMetadataBuilder(_Base):
         self._mamba_cache_mode = vllm_config.cache_config.mamba_cache_mode
         self._config = self._linmeta_config()
         self._device = torch.device(device)
-        self._engine = _engine(self._kind, self._config, self._device)
-        self._slot = self._engine.register(self)
-        self._aligned_engine = None  # MRV2's precomputed aligned indices (built lazily)
-        self._aligned_slot = -1
         classes = metadata_classes()
         self._classes = classes
         self._make = _fast_constructor(classes[self._kind])
+        self._engine = _engine(self._kind, self._config, self._device, classes[self._kind])
+        self._slot = self._engine.register(self)
+        self._aligned_engine = None  # MRV2's precomputed aligned indices (made on first use)
+        self._aligned_slot = -1
 
     # -- configuration
 
@@ -687,16 +695,14 @@ class GDNAttentionMetadataBuilder(_Base):
             num_prefill_checkpoint_blocks=0,
         )
 
-    def _engine_and_table(self, m):
-        aligned = getattr(self, "mamba_aligned_state_indices", None)
-        if aligned is None:
-            return self._engine, self._slot, m.block_table_tensor
-        # MRV2 precomputed the aligned state indices: they are the table, gathered as is.
+    def _aligned(self):
+        """The engine of MRV2's precomputed aligned state indices: they are the table,
+        gathered as is (mode "none")."""
         if self._aligned_engine is None:
             cfg = dict(self._config, mamba_cache_mode="none")
-            self._aligned_engine = _engine(self._kind, cfg, self._device)
+            self._aligned_engine = _engine(self._kind, cfg, self._device, self._engine.cls)
             self._aligned_slot = self._aligned_engine.register(self)
-        return self._aligned_engine, self._aligned_slot, aligned[: m.num_reqs]
+        return self._aligned_engine, self._aligned_slot
 
     # -- vLLM's interface
 
@@ -708,9 +714,22 @@ class GDNAttentionMetadataBuilder(_Base):
         num_decode_draft_tokens_cpu: torch.Tensor | None = None,
         fast_build: bool = False,
     ):
-        return self._build(
-            common_attn_metadata, num_accepted_tokens, num_decode_draft_tokens_cpu, False
-        )
+        m = common_attn_metadata
+        aligned = getattr(self, "mamba_aligned_state_indices", None)
+        if aligned is None:
+            engine, slot, table = self._engine, self._slot, m.block_table_tensor
+        else:
+            (engine, slot), table = self._aligned(), aligned[: m.num_reqs]
+        accepted = num_accepted_tokens
+        if accepted is not None and accepted.dtype is not torch.int32:
+            accepted = _as_int32(accepted)
+        if num_decode_draft_tokens_cpu is not None and (
+            num_decode_draft_tokens_cpu.dtype is not torch.int32
+        ):
+            num_decode_draft_tokens_cpu = _as_int32(num_decode_draft_tokens_cpu)
+        d, step = engine.run(slot, m, table, accepted, num_decode_draft_tokens_cpu, False)
+        accepted_dtype = torch.int32 if num_accepted_tokens is None else num_accepted_tokens.dtype
+        return self._assemble(d, step, m, accepted_dtype)
 
     def build_for_cudagraph_capture(self, common_attn_metadata):
         m = common_attn_metadata
@@ -724,8 +743,14 @@ class GDNAttentionMetadataBuilder(_Base):
             f"and number of tokens ({m.num_actual_tokens}) <= "
             f"cudagraph capture sizes ({self.decode_cudagraph_max_bs})."
         )
+        aligned = getattr(self, "mamba_aligned_state_indices", None)
+        if aligned is None:
+            engine, slot, table = self._engine, self._slot, m.block_table_tensor
+        else:
+            (engine, slot), table = self._aligned(), aligned[: m.num_reqs]
         # linmeta derives accepted = query lengths and drafts = query lengths - 1 itself.
-        return self._build(m, None, None, True)
+        d, step = engine.run(slot, m, table, None, None, True)
+        return self._assemble(d, step, m, torch.int32)
 
     def update_block_table(self, metadata, blk_table: torch.Tensor, slot_mapping: torch.Tensor):
         """Re-gathers this group's state indices from `blk_table` (align mode: from
@@ -735,57 +760,40 @@ class GDNAttentionMetadataBuilder(_Base):
         if self._mamba_cache_mode == "align":
             assert getattr(self, "mamba_aligned_state_indices", None) is not None
             blk_table = self.mamba_aligned_state_indices
-            engine, slot, _ = self._engine_and_table_for_update()
-        f = engine.regather(slot, metadata, blk_table)
-        if f is None:
+            engine, slot = self._aligned()
+        d = engine.regather(slot, metadata, blk_table)
+        if d is None:
             raise _linmeta.Error(
                 "linmeta: update_block_table takes metadata of the step this engine built last"
             )
-        changes = dict(
-            spec_state_indices_tensor=f[_F_SPEC_STATE_INDICES],
-            non_spec_state_indices_tensor=f[_F_NON_SPEC_STATE_INDICES],
-            prefill_state_indices=f[_F_PREFILL_STATE_INDICES],
+        return dataclasses.replace(
+            metadata,
+            spec_state_indices_tensor=d["spec_state_indices_tensor"],
+            non_spec_state_indices_tensor=d["non_spec_state_indices_tensor"],
+            prefill_state_indices=d["prefill_state_indices"],
         )
-        return dataclasses.replace(metadata, **changes)
 
-    def _engine_and_table_for_update(self):
-        if self._aligned_engine is None:
-            cfg = dict(self._config, mamba_cache_mode="none")
-            self._aligned_engine = _engine(self._kind, cfg, self._device)
-            self._aligned_slot = self._aligned_engine.register(self)
-        return self._aligned_engine, self._aligned_slot, None
+    # -- the outputs
 
-    # -- the build
-
-    def _build(self, m, accepted_in, drafts, capture):
-        engine, slot, table = self._engine_and_table(m)
-        accepted = _as_int32(accepted_in)
-        drafts = _as_int32(drafts)
-        f, step = engine.run(slot, m, table, accepted, drafts, capture)
-        accepted_dtype = torch.int32 if accepted_in is None else accepted_in.dtype
-        return self._assemble(f, step, m, accepted_dtype, drafts)
-
-    def _staged_spec(self, f, m) -> bool:
-        n = f[_F_NUM_SPEC_DECODES]
+    def _staged_spec(self, d, m) -> bool:
+        n = d["num_spec_decodes"]
         return (
             self.use_full_cuda_graph
             and n > 0
-            and f[_F_NUM_PREFILLS] == 0
-            and f[_F_NUM_DECODES] == 0
+            and d["num_prefills"] == 0
+            and d["num_decodes"] == 0
             and n <= self.decode_cudagraph_max_bs
-            and f[_F_NUM_SPEC_DECODE_TOKENS] <= self.decode_cudagraph_max_bs
+            and d["num_spec_decode_tokens"] <= self.decode_cudagraph_max_bs
         )
 
-    def _conv(self, f, step):
-        conv = f[_F_CONV]
-        if conv is None:
-            return None, None, None
-        tot, nums_view, batch_ptr, offset_ptr = conv
+    def _conv(self, d, step):
+        """vLLM's nums_dict / batch_ptr / token_chunk_offset_ptr from linmeta's conv1d fields."""
+        tot, nums_view, batch_ptr, offset_ptr = d.pop("_conv")
         if step.conv is None:
             step.conv = _conv_host_lists(nums_view)
         nums, tot2, mlist, offsetlist = step.conv
-        assert tot2 == tot
-        nums_dict = {
+        assert tot2 == tot, (tot2, tot)
+        d["nums_dict"] = {
             _CONV_BLOCK: {
                 "nums": nums,
                 "tot": tot,
@@ -796,28 +804,23 @@ class GDNAttentionMetadataBuilder(_Base):
                 "token_chunk_offset_ptr": offset_ptr,
             }
         }
-        return nums_dict, batch_ptr, offset_ptr
+        d["batch_ptr"] = batch_ptr
+        d["token_chunk_offset_ptr"] = offset_ptr
 
-    def _assemble(self, f, step, m, accepted_dtype, drafts):
-        if f[_F_SPEC_STATE_INDICES] is not None or f[_F_CHUNK_OFFSETS] is not None:
-            _vllm_dtypes("gdn", f, accepted_dtype, self._staged_spec(f, m))
-        values = {name: f[i] for i, name in _GDN_NAMES}
-        if f[_F_NUM_SPEC_DECODES] > 0:
-            if step.masks_cpu is None:
-                if drafts is None:  # capture build: drafts = query lengths - 1
-                    qsl = m.query_start_loc_cpu[: m.num_reqs + 1]
-                    step.masks_cpu = (qsl[1:] - qsl[:-1]) >= 1
-                else:
-                    step.masks_cpu = drafts[: m.num_reqs] >= 0
-            values["spec_sequence_masks_cpu"] = step.masks_cpu
-        if self.gdn_prefill_backend == "cutedsl" and f[_F_NUM_PREFILLS] > 0:
-            values["chunk_indices"], values["chunk_offsets"] = _cutedsl_chunk_metadata(
-                f[_F_PREFILL_QSL], f[_F_NUM_PREFILL_TOKENS]
+    def _assemble(self, d, step, m, accepted_dtype):
+        if (
+            d["chunk_offsets"] is not None
+            or (d["spec_token_indx"] is not None and (d["num_prefills"] or d["num_decodes"]))
+            or (accepted_dtype is not torch.int32 and d["num_accepted_tokens"] is not None)
+        ):
+            _vllm_dtypes("gdn", d, accepted_dtype, self._staged_spec(d, m))
+        if "_conv" in d:
+            self._conv(d, step)
+        if self.gdn_prefill_backend == "cutedsl" and d["num_prefills"] > 0:
+            d["chunk_indices"], d["chunk_offsets"] = _cutedsl_chunk_metadata(
+                d["prefill_query_start_loc"], d["num_prefill_tokens"]
             )
-        values["nums_dict"], values["batch_ptr"], values["token_chunk_offset_ptr"] = self._conv(
-            f, step
-        )
-        return self._make(values)
+        return self._make(d)
 
 
 class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
@@ -862,35 +865,30 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
         self.recoverssm_context = context
         return context
 
-    def _staged_spec(self, f, m) -> bool:
-        n = f[_F_NUM_SPEC_DECODES]
+    def _staged_spec(self, d, m) -> bool:
+        n = d["num_spec_decodes"]
         rows = self.vllm_config.scheduler_config.max_num_seqs if self.use_recoverssm else None
         capacity = rows if rows is not None else self.decode_cudagraph_max_bs
         return (
             self.use_full_cuda_graph
             and n > 0
-            and f[_F_NUM_PREFILLS] == 0
-            and f[_F_NUM_DECODES] == 0
+            and d["num_prefills"] == 0
+            and d["num_decodes"] == 0
             and m.num_reqs <= capacity
-            and f[_F_NUM_SPEC_DECODE_TOKENS] <= self.decode_cudagraph_max_bs
+            and d["num_spec_decode_tokens"] <= self.decode_cudagraph_max_bs
         )
 
-    def _assemble(self, f, step, m, accepted_dtype, drafts):
-        if f[_F_SPEC_TOKEN_INDX] is not None or (
-            f[_F_NUM_ACCEPTED] is not None and accepted_dtype is not torch.int32
+    def _assemble(self, d, step, m, accepted_dtype):
+        if d["spec_token_indx"] is not None or (
+            d["num_accepted_tokens"] is not None and accepted_dtype is not torch.int32
         ):
-            _vllm_dtypes("kda", f, accepted_dtype, self.use_recoverssm or self._staged_spec(f, m))
-        values = {name: f[i] for i, name in _KDA_NAMES}
-        values["nums_dict"], values["batch_ptr"], values["token_chunk_offset_ptr"] = self._conv(
-            f, step
-        )
+            _vllm_dtypes("kda", d, accepted_dtype, self.use_recoverssm or self._staged_spec(d, m))
+        if "_conv" in d:
+            self._conv(d, step)
         classes = self._classes
-        commit = f[_F_COMMIT]
+        commit = d.pop("_commit", None)
         if commit is not None:
-            state_indices, qsl, request_indices, align = commit
-            # The reference hands the spec fields themselves to the commit metadata.
-            state_indices = values["spec_state_indices_tensor"]
-            qsl = values["spec_query_start_loc"]
+            _, _, request_indices, align = commit
             align_md = None
             if align is not None:
                 align_md = classes["align"](
@@ -898,32 +896,32 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
                     num_computed_tokens=align[0],
                     block_size=align[1],
                 )
-            values["recoverssm_commit"] = classes["commit"](
-                state_indices=state_indices,
-                query_start_loc=qsl,
+            # The reference hands the spec fields themselves to the commit metadata.
+            d["recoverssm_commit"] = classes["commit"](
+                state_indices=d["spec_state_indices_tensor"],
+                query_start_loc=d["spec_query_start_loc"],
                 request_indices=request_indices,
                 align=align_md,
             )
-            values["recoverssm_context"] = self._get_recoverssm_context()
-        ckpt = f[_F_CHECKPOINT]
+            d["recoverssm_context"] = self._get_recoverssm_context()
+        ckpt = d.pop("_checkpoint", None)
         if ckpt is not None:
-            values["checkpoint"] = classes["checkpoint"](
+            d["checkpoint"] = classes["checkpoint"](
                 checkpoint_offsets=ckpt[0], state_indices=ckpt[1]
             )
-        return self._make(values)
+        return self._make(d)
 
     def update_block_table(self, metadata, blk_table, slot_mapping):
         """Re-gathers every state-index field of this group (spec / non-spec / prefill state
         indices, the RecoverSSM commit's and the checkpoints'), keeping the batch-level ones."""
-        f = self._engine.regather(self._slot, metadata, blk_table)
-        if f is None:
+        d = self._engine.regather(self._slot, metadata, blk_table)
+        if d is None:
             raise _linmeta.Error(
                 "linmeta: update_block_table takes metadata of the step this engine built last"
             )
         changes = dict(
-            spec_state_indices_tensor=f[_F_SPEC_STATE_INDICES],
-            non_spec_state_indices_tensor=f[_F_NON_SPEC_STATE_INDICES],
-            prefill_state_indices=f[_F_PREFILL_STATE_INDICES],
+            spec_state_indices_tensor=d["spec_state_indices_tensor"],
+            non_spec_state_indices_tensor=d["non_spec_state_indices_tensor"],
         )
         if metadata.recoverssm_commit is not None:
             align = metadata.recoverssm_commit.align
@@ -931,13 +929,12 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
                 align = dataclasses.replace(align, block_table=blk_table)
             changes["recoverssm_commit"] = dataclasses.replace(
                 metadata.recoverssm_commit,
-                state_indices=f[_F_SPEC_STATE_INDICES],
+                state_indices=d["spec_state_indices_tensor"],
                 align=align,
             )
-        if metadata.checkpoint is not None and f[_F_CHECKPOINT] is not None:
-            changes["checkpoint"] = dataclasses.replace(
-                metadata.checkpoint, state_indices=f[_F_CHECKPOINT][1]
-            )
+        ckpt = d.get("_checkpoint")
+        if metadata.checkpoint is not None and ckpt is not None:
+            changes["checkpoint"] = dataclasses.replace(metadata.checkpoint, state_indices=ckpt[1])
         return dataclasses.replace(metadata, **changes)
 
 

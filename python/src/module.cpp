@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -507,12 +508,71 @@ class ViewCache {
 
 /// One builder's step state for the vLLM adapter: build every group once per step, then serve
 /// each group's fields (re-gathering its state indices when its table differs).
+///
+/// Fields are returned as a new dict per call, keyed by the names given to configure() (the
+/// engine's dataclass field names; positions as in kFieldCount below), starting from a copy of
+/// the dataclass defaults, so that the adapter can install it as the instance __dict__.
 class VllmSession {
  public:
+  /// Positions of the fields, in the order of the `names` tuple of configure().
+  enum Pos : int32_t {
+    kNumPrefills,
+    kNumPrefillTokens,
+    kNumDecodes,
+    kNumDecodeTokens,
+    kNumSpecDecodes,
+    kNumSpecDecodeTokens,
+    kNumActualTokens,
+    kUniform,
+    kHasInitialState,
+    kChunkIndices,
+    kChunkOffsets,
+    kPrefillQsl,
+    kPrefillStateIndices,
+    kPrefillHasInitialState,
+    kSpecQsl,
+    kNonSpecQsl,
+    kSpecStateIndices,
+    kNonSpecStateIndices,
+    kSpecSequenceMasks,
+    kSpecTokenIndx,
+    kNonSpecTokenIndx,
+    kNumAccepted,
+    kConv,        ///< (tot, nums host view, batch_ptr, token_chunk_offset_ptr) or None
+    kCommit,      ///< (state_indices, query_start_loc, request_indices, align) or None
+    kCheckpoint,  ///< (checkpoint_offsets, state_indices) or None
+    kMasksCpu,    ///< host bool [num_reqs]: drafts >= 0 (capture: query length >= 1)
+    kFieldCount,
+  };
+
   explicit VllmSession(nb::handle builder)
       : builder_obj_(nb::borrow(builder)),
         b_(nb::inst_ptr<PyBuilder>(builder)),
         cache_(nb::borrow(builder), b_->device_id, b_->array_type) {}
+
+  /// names: kFieldCount entries, a str (the dict key) or None (not returned). defaults: the
+  /// dict every result starts from. mask_ring: None or a contiguous host torch.bool tensor
+  /// [slots, >= max_num_seqs] that receives the host spec mask of each step (a new row per
+  /// step, cycling), returned under names[kMasksCpu] when the step has spec decodes.
+  void configure(nb::tuple names, nb::dict defaults, nb::object mask_ring) {
+    if (nb::len(names) != kFieldCount)
+      raise_error("VllmSession.configure: names needs " + std::to_string(kFieldCount) + " entries");
+    for (int32_t i = 0; i < kFieldCount; ++i) names_[static_cast<size_t>(i)] = names[i];
+    defaults_ = std::move(defaults);
+    ring_ = std::move(mask_ring);
+    ring_views_.clear();
+    ring_data_ = nullptr;
+    if (!ring_.is_none()) {
+      ImportedArray r = import_array(ring_, "mask_ring", nullptr);
+      if (r.ndim != 2 || r.dtype.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Bool) ||
+          r.device_type != kDLCPU || r.strides[1] != 1)
+        raise_error("VllmSession.configure: mask_ring must be a contiguous 2-D host bool array");
+      ring_data_ = static_cast<bool*>(const_cast<void*>(r.data));
+      ring_slots_ = static_cast<int32_t>(r.shape[0]);
+      ring_width_ = r.shape[1];
+      ring_stride_ = r.strides[0];
+    }
+  }
 
   /// Plans the step once, finishes every group from `tables` (one per group) and returns
   /// group `group`'s fields.
@@ -521,10 +581,11 @@ class VllmSession {
     prepare(p, *b_, a);
     if (!PyTuple_Check(tables.ptr()) && !PyList_Check(tables.ptr()))
       throw nb::type_error("linmeta: tables must be a tuple or list of block tables");
-    nb::object seq = nb::borrow(tables);
-    const size_t G = nb::len(seq);
+    const auto G = static_cast<size_t>(PySequence_Fast_GET_SIZE(tables.ptr()));
+    PyObject** items = PySequence_Fast_ITEMS(tables.ptr());
     for (size_t g = 0; g < G; ++g)
-      p.tables.push_back(import_table(p, seq[g], "block_table", p.step.num_reqs, b_->memory()));
+      p.tables.push_back(
+          import_table(p, nb::handle(items[g]), "block_table", p.step.num_reqs, b_->memory()));
     if (!p.tables.empty()) p.step.block_table = p.tables[0];
     built_ = false;
     std::span<const Metadata> ms =
@@ -533,20 +594,48 @@ class VllmSession {
     mds_.assign(ms.begin(), ms.end());
     num_reqs_ = p.step.num_reqs;
     built_ = true;
+    remember(a, p, tables, capture, group);
+    masks_ = nb::none();
+    if (ring_data_ != nullptr && !mds_.empty() && mds_[0].num_spec_decodes > 0)
+      masks_ = host_masks(p.step, capture);
     return fields(group);
   }
 
   /// Group `group`'s fields of the last build; with a table, its state indices are first
-  /// re-gathered from that table (update_block_table).
+  /// re-gathered from that table (update_block_table). Marks the group served.
   nb::object serve(int32_t group, nb::handle table, nb::handle stream) {
     check_group(group);
-    if (table.is_valid() && !table.is_none()) {
+    if (table.is_valid() && !table.is_none()) regather(group, table, stream);
+    served_ |= uint64_t{1} << group;
+    return fields(group);
+  }
+
+  /// The served-group fast path: when this call passes the very objects of the last build
+  /// (identity; counts equal) and `group` was not served yet in this step, serves it —
+  /// re-gathering its state indices unless the build already used this table — and returns
+  /// its fields. Otherwise returns None (the caller decides: equal values or a new step).
+  nb::object step(const StepArgs& a, nb::handle table, bool capture, int32_t group) {
+    if (!built_ || group < 0 || static_cast<size_t>(group) >= mds_.size() ||
+        (served_ >> group & 1) != 0 || capture != capture_)
+      return nb::none();
+    const nb::handle in[kInputs] = {
+        a.query_start_loc_cpu, a.seq_lens,      a.seq_lens_cpu_upper_bound,
+        a.query_start_loc,     a.is_prefilling, a.num_decode_draft_tokens_cpu,
+        a.num_accepted_tokens};
+    for (int32_t i = 0; i < kInputs; ++i)
+      if (!in[i].is(inputs_[static_cast<size_t>(i)])) return nb::none();
+    if (to_int32(a.num_actual_tokens, "num_actual_tokens") != num_actual_tokens_ ||
+        to_int32(a.num_reqs, "num_reqs") != num_reqs_)
+      return nb::none();
+    const auto g = static_cast<size_t>(group);
+    if (!table.is(table_objs_[g])) {
       PreparedStep p;
-      p.stream = b_->builder.target() == Target::Cuda ? parse_stream(stream) : nullptr;
-      const Metadata& md = mds_[static_cast<size_t>(group)];
       const BlockTable t = import_table(p, table, "block_table", num_reqs_, b_->memory());
-      mds_[static_cast<size_t>(group)] = b_->builder.update_block_table(md, t, group, p.stream);
+      if (t.data != used_[g].data || t.row_stride != used_[g].row_stride ||
+          t.width != used_[g].width)
+        regather(group, table, a.stream);
     }
+    served_ |= uint64_t{1} << group;
     return fields(group);
   }
 
@@ -560,37 +649,96 @@ class VllmSession {
                   std::to_string(mds_.size()) + ")");
   }
 
-  /// (counts x7, uniform, 14 arrays, conv, commit, checkpoint): see linmeta/vllm.py.
+  static constexpr int32_t kInputs = 7;
+
+  void regather(int32_t group, nb::handle table, nb::handle stream) {
+    PreparedStep p;
+    p.stream = b_->builder.target() == Target::Cuda ? parse_stream(stream) : nullptr;
+    const auto g = static_cast<size_t>(group);
+    const BlockTable t = import_table(p, table, "block_table", num_reqs_, b_->memory());
+    mds_[g] = b_->builder.update_block_table(mds_[g], t, group, p.stream);
+    used_[g] = t;
+    table_objs_[g] = nb::borrow(table);
+  }
+
+  /// What identifies the step just built (the step() fast path compares these objects).
+  void remember(const StepArgs& a, const PreparedStep& p, nb::handle tables, bool capture,
+                int32_t group) {
+    const nb::handle in[kInputs] = {
+        a.query_start_loc_cpu, a.seq_lens,      a.seq_lens_cpu_upper_bound,
+        a.query_start_loc,     a.is_prefilling, a.num_decode_draft_tokens_cpu,
+        a.num_accepted_tokens};
+    for (int32_t i = 0; i < kInputs; ++i)
+      inputs_[static_cast<size_t>(i)] = in[i].is_valid() ? nb::borrow(in[i]) : nb::none();
+    num_actual_tokens_ = p.step.num_actual_tokens;
+    capture_ = capture;
+    used_ = p.tables;
+    table_objs_.assign(used_.size(), nb::object());
+    PyObject** items = PySequence_Fast_ITEMS(tables.ptr());
+    for (size_t g = 0; g < used_.size(); ++g) table_objs_[g] = nb::borrow(items[g]);
+    served_ = group >= 0 && group < 64 ? uint64_t{1} << group : 0;
+  }
+
+  /// The step's host spec mask in the next ring row, as a cached view of that row.
+  nb::object host_masks(const Step& s, bool capture) {
+    const int32_t n = s.num_reqs;
+    if (n > ring_width_) raise_error("VllmSession: mask_ring is narrower than num_reqs");
+    const int32_t slot = ring_next_;
+    ring_next_ = (ring_next_ + 1) % ring_slots_;
+    bool* row = ring_data_ + static_cast<int64_t>(slot) * ring_stride_;
+    const int32_t* q = s.query_start_loc_cpu.data();
+    if (!capture && !s.num_decode_draft_tokens.empty()) {
+      const int32_t* d = s.num_decode_draft_tokens.data();
+      for (int32_t r = 0; r < n; ++r) row[r] = d[r] >= 0;
+    } else {  // capture build: drafts = query lengths - 1
+      for (int32_t r = 0; r < n; ++r) row[r] = q[r + 1] - q[r] >= 1;
+    }
+    const int64_t key = static_cast<int64_t>(slot) << 32 | static_cast<uint32_t>(n);
+    if (auto it = ring_views_.find(key); it != ring_views_.end()) return it->second;
+    nb::object idx =
+        nb::make_tuple(slot, nb::steal(PySlice_New(nb::int_(0).ptr(), nb::int_(n).ptr(), nullptr)));
+    PyObject* v = PyObject_GetItem(ring_.ptr(), idx.ptr());
+    if (v == nullptr) throw nb::python_error();
+    nb::object view = nb::steal(v);
+    ring_views_.emplace(key, view);
+    return view;
+  }
+
   nb::object fields(int32_t group) {
     check_group(group);
     const Metadata& m = mds_[static_cast<size_t>(group)];
     const bool dev = m.target == Target::Cuda;
-    nb::object out = nb::steal(PyTuple_New(25));
-    int32_t i = 0;
-    auto put = [&](nb::object v) { PyTuple_SET_ITEM(out.ptr(), i++, v.release().ptr()); };
-    put(nb::int_(m.num_prefills));
-    put(nb::int_(m.num_prefill_tokens));
-    put(nb::int_(m.num_decodes));
-    put(nb::int_(m.num_decode_tokens));
-    put(nb::int_(m.num_spec_decodes));
-    put(nb::int_(m.num_spec_decode_tokens));
-    put(nb::int_(m.num_actual_tokens));
-    put(m.uniform_spec_sequence_length ? nb::object(nb::int_(*m.uniform_spec_sequence_length))
-                                       : nb::none());
-    put(cache_.get(m.has_initial_state, dev));
-    put(cache_.get(m.chunk_indices, dev));
-    put(cache_.get(m.chunk_offsets, dev));
-    put(cache_.get(m.prefill_query_start_loc, dev));
-    put(cache_.get(m.prefill_state_indices, dev));
-    put(cache_.get(m.prefill_has_initial_state, dev));
-    put(cache_.get(m.spec_query_start_loc, dev));
-    put(cache_.get(m.non_spec_query_start_loc, dev));
-    put(cache_.get(m.spec_state_indices_tensor, dev));
-    put(cache_.get(m.non_spec_state_indices_tensor, dev));
-    put(cache_.get(m.spec_sequence_masks, dev));
-    put(cache_.get(m.spec_token_indx, dev));
-    put(cache_.get(m.non_spec_token_indx, dev));
-    put(cache_.get(m.num_accepted_tokens, dev));
+    nb::object out = nb::steal(defaults_.is_valid() ? PyDict_Copy(defaults_.ptr()) : PyDict_New());
+    if (!out.is_valid()) throw nb::python_error();
+    auto put = [&](Pos pos, nb::object v) {
+      const nb::object& key = names_[static_cast<size_t>(pos)];
+      if (key.is_valid() && !key.is_none() && PyDict_SetItem(out.ptr(), key.ptr(), v.ptr()) != 0)
+        throw nb::python_error();
+    };
+    put(kNumPrefills, nb::int_(m.num_prefills));
+    put(kNumPrefillTokens, nb::int_(m.num_prefill_tokens));
+    put(kNumDecodes, nb::int_(m.num_decodes));
+    put(kNumDecodeTokens, nb::int_(m.num_decode_tokens));
+    put(kNumSpecDecodes, nb::int_(m.num_spec_decodes));
+    put(kNumSpecDecodeTokens, nb::int_(m.num_spec_decode_tokens));
+    put(kNumActualTokens, nb::int_(m.num_actual_tokens));
+    put(kUniform, m.uniform_spec_sequence_length
+                      ? nb::object(nb::int_(*m.uniform_spec_sequence_length))
+                      : nb::none());
+    put(kHasInitialState, cache_.get(m.has_initial_state, dev));
+    put(kChunkIndices, cache_.get(m.chunk_indices, dev));
+    put(kChunkOffsets, cache_.get(m.chunk_offsets, dev));
+    put(kPrefillQsl, cache_.get(m.prefill_query_start_loc, dev));
+    put(kPrefillStateIndices, cache_.get(m.prefill_state_indices, dev));
+    put(kPrefillHasInitialState, cache_.get(m.prefill_has_initial_state, dev));
+    put(kSpecQsl, cache_.get(m.spec_query_start_loc, dev));
+    put(kNonSpecQsl, cache_.get(m.non_spec_query_start_loc, dev));
+    put(kSpecStateIndices, cache_.get(m.spec_state_indices_tensor, dev));
+    put(kNonSpecStateIndices, cache_.get(m.non_spec_state_indices_tensor, dev));
+    put(kSpecSequenceMasks, cache_.get(m.spec_sequence_masks, dev));
+    put(kSpecTokenIndx, cache_.get(m.spec_token_indx, dev));
+    put(kNonSpecTokenIndx, cache_.get(m.non_spec_token_indx, dev));
+    put(kNumAccepted, cache_.get(m.num_accepted_tokens, dev));
     if (m.conv1d) {
       const Conv1dMetadata& cv = *m.conv1d;
       // vLLM's compute_causal_conv1d_metadata allocates 2 * max(1024, tot) programs.
@@ -598,11 +746,9 @@ class VllmSession {
       if (programs > cv.batch_ptr.rows)
         raise_error("conv1d program capacity " + std::to_string(cv.batch_ptr.rows) +
                     " is below vLLM's 2 * max(1024, tot) = " + std::to_string(programs));
-      put(nb::make_tuple(cv.tot, cache_.get(cv.nums, false),
-                         cache_.get(cv.batch_ptr, dev, programs),
-                         cache_.get(cv.token_chunk_offset_ptr, dev, programs)));
-    } else {
-      put(nb::none());
+      put(kConv, nb::make_tuple(cv.tot, cache_.get(cv.nums, false),
+                                cache_.get(cv.batch_ptr, dev, programs),
+                                cache_.get(cv.token_chunk_offset_ptr, dev, programs)));
     }
     if (m.recoverssm_commit) {
       const RecoverSsmCommit& rc = *m.recoverssm_commit;
@@ -610,16 +756,14 @@ class VllmSession {
       if (rc.align)
         align =
             nb::make_tuple(cache_.get(rc.align->num_computed_tokens, dev), rc.align->block_size);
-      put(nb::make_tuple(cache_.get(rc.state_indices, dev), cache_.get(rc.query_start_loc, dev),
+      put(kCommit,
+          nb::make_tuple(cache_.get(rc.state_indices, dev), cache_.get(rc.query_start_loc, dev),
                          cache_.get(rc.request_indices, dev), align));
-    } else {
-      put(nb::none());
     }
     if (m.checkpoint)
-      put(nb::make_tuple(cache_.get(m.checkpoint->checkpoint_offsets, dev),
-                         cache_.get(m.checkpoint->state_indices, dev)));
-    else
-      put(nb::none());
+      put(kCheckpoint, nb::make_tuple(cache_.get(m.checkpoint->checkpoint_offsets, dev),
+                                      cache_.get(m.checkpoint->state_indices, dev)));
+    if (!masks_.is_none()) put(kMasksCpu, masks_);
     return out;
   }
 
@@ -629,6 +773,22 @@ class VllmSession {
   std::vector<Metadata> mds_;
   int32_t num_reqs_ = 0;
   bool built_ = false;
+  std::array<nb::object, kFieldCount> names_{};
+  nb::object defaults_;
+  nb::object ring_ = nb::none();
+  bool* ring_data_ = nullptr;
+  int32_t ring_slots_ = 0;
+  int32_t ring_next_ = 0;
+  int64_t ring_width_ = 0;
+  int64_t ring_stride_ = 0;
+  std::unordered_map<int64_t, nb::object> ring_views_;
+  nb::object masks_ = nb::none();
+  std::array<nb::object, kInputs> inputs_{};
+  int32_t num_actual_tokens_ = 0;
+  bool capture_ = false;
+  uint64_t served_ = 0;
+  std::vector<BlockTable> used_;
+  std::vector<nb::object> table_objs_;
 };
 
 void bind_vllm_session(nb::module_& m) {
@@ -660,6 +820,30 @@ void bind_vllm_session(nb::module_& m) {
           "num_actual_tokens"_a, "query_start_loc"_a.none(), "is_prefilling"_a.none(),
           "num_decode_draft_tokens_cpu"_a.none(), "num_accepted_tokens"_a.none(),
           "num_reqs"_a.none(), "stream"_a.none(), "tables"_a, "capture"_a, "group"_a)
+      .def(
+          "step",
+          [](VllmSession& s, nb::handle qsl_cpu, nb::handle seq_lens, nb::handle ub,
+             nb::handle num_actual_tokens, nb::handle qsl, nb::handle is_prefilling,
+             nb::handle drafts, nb::handle accepted, nb::handle num_reqs, nb::handle stream,
+             nb::handle table, bool capture, int32_t group) {
+            StepArgs a;
+            a.query_start_loc_cpu = qsl_cpu;
+            a.seq_lens = seq_lens;
+            a.seq_lens_cpu_upper_bound = ub;
+            a.num_actual_tokens = num_actual_tokens;
+            a.query_start_loc = qsl;
+            a.is_prefilling = is_prefilling;
+            a.num_decode_draft_tokens_cpu = drafts;
+            a.num_accepted_tokens = accepted;
+            a.num_reqs = num_reqs;
+            a.stream = stream;
+            return s.step(a, table, capture, group);
+          },
+          "query_start_loc_cpu"_a.none(), "seq_lens"_a.none(), "seq_lens_cpu_upper_bound"_a.none(),
+          "num_actual_tokens"_a, "query_start_loc"_a.none(), "is_prefilling"_a.none(),
+          "num_decode_draft_tokens_cpu"_a.none(), "num_accepted_tokens"_a.none(),
+          "num_reqs"_a.none(), "stream"_a.none(), "table"_a.none(), "capture"_a, "group"_a)
+      .def("configure", &VllmSession::configure, "names"_a, "defaults"_a, "mask_ring"_a.none())
       .def("serve", &VllmSession::serve, "group"_a, "table"_a.none(), "stream"_a.none())
       .def_prop_ro("cached_views", &VllmSession::cached_views);
 }
