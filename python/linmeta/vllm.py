@@ -56,6 +56,10 @@ _DEFAULT_TOKEN_CAPACITY = 8192
 # (vLLM's runners commit all tables before building metadata). docs/vllm.md.
 _PREFETCH_TABLES = os.environ.get("LINMETA_VLLM_PREFETCH_TABLES", "0") == "1"
 
+# The rules profile of the native builders ("seed" by default; e.g. "vllm-0.34" once the
+# native `profile=` keyword exists): handed through unchanged.
+_PROFILE = os.environ.get("LINMETA_VLLM_PROFILE") or None
+
 
 # --------------------------------------------------------------------------------------------
 # vLLM's base class and metadata dataclasses (or identical ones when vLLM is not importable)
@@ -693,6 +697,7 @@ class GDNAttentionMetadataBuilder(_Base):
             chunk_metadata=self.gdn_prefill_backend in ("triton", "flashinfer"),
             use_recoverssm=False,
             num_prefill_checkpoint_blocks=0,
+            **({"profile": _PROFILE} if _PROFILE else {}),
         )
 
     def _aligned(self):

@@ -259,3 +259,48 @@ def test_int64_accepted_counts_keep_their_dtype():
         assert u.diff(ours, ref) == [], case["name"]
         n += ref.num_accepted_tokens is not None and ref.num_accepted_tokens.dtype == torch.int64
     assert n > 0
+
+
+# ----------------------------------------------------------------------------- the plugin
+
+
+def test_plugin_swaps_the_builders_only_when_enabled(monkeypatch):
+    import linmeta.vllm_plugin as plugin
+
+    gdn_backend = SEEDS.gdn.GDNAttentionBackend
+    kda_backend = SEEDS.kda.KimiK3KDAAttentionBackend
+    saved = (gdn_backend.__dict__["get_builder_cls"], kda_backend.__dict__["get_builder_cls"])
+    monkeypatch.delenv("LINMETA_VLLM", raising=False)
+    assert plugin.register() == []
+    assert gdn_backend.get_builder_cls() is SEEDS.gdn.GDNAttentionMetadataBuilder
+    monkeypatch.setenv("LINMETA_VLLM", "1")
+    try:
+        assert plugin.register() == ["GDNAttentionBackend", "KimiK3KDAAttentionBackend"]
+        assert gdn_backend.get_builder_cls() is LV.GDNAttentionMetadataBuilder
+        assert kda_backend.get_builder_cls() is LV.KimiK3KDAMetadataBuilder
+        # What vLLM's runner then does: builder class from the backend, one per group.
+        case = next(c for c in CASES if c["builder"] == "kda")
+        objs = u.vllm_objects(RUNNER, case["config"], 3)
+        builders = [
+            kda_backend.get_builder_cls()(spec, names, vc, torch.device("cpu"))
+            for spec, names, vc in objs
+        ]
+        assert all(isinstance(b, LV.KimiK3KDAMetadataBuilder) for b in builders)
+    finally:
+        gdn_backend.get_builder_cls, kda_backend.get_builder_cls = saved
+
+
+def test_plugin_entry_point_is_installed():
+    from importlib import metadata
+
+    try:
+        metadata.distribution("linmeta")
+    except metadata.PackageNotFoundError:
+        pytest.skip("linmeta is not installed as a distribution (in-tree build)")
+    eps = metadata.entry_points()
+    group = (
+        eps.select(group="vllm.general_plugins")
+        if hasattr(eps, "select")
+        else eps.get("vllm.general_plugins", [])
+    )
+    assert [(e.name, e.value) for e in group] == [("linmeta", "linmeta.vllm_plugin:register")]
