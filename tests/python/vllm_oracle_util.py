@@ -45,9 +45,23 @@ def load():
 
     if _SEEDS is None:
         _SEEDS = seedload.load_seeds()
+        # seedload's stand-in for seed 000's aligned-gather Triton kernel builds its offsets
+        # on the CPU; this one follows the tensors' device (same semantics), so that the KDA
+        # seed also runs with CUDA tensors.
+        _SEEDS.kda._mamba_get_block_table_tensor = _aligned_state_indices
     import linmeta.vllm as lv
 
     return _SEEDS, runner, lv
+
+
+def _aligned_state_indices(block_table, seq_lens, kv_cache_spec, mamba_cache_mode):
+    if mamba_cache_mode in ("all", "none"):
+        return block_table
+    start = ((seq_lens - 1) // kv_cache_spec.block_size).clamp_(min=0)
+    offsets = torch.arange(
+        1 + kv_cache_spec.num_speculative_blocks, dtype=torch.int32, device=seq_lens.device
+    )
+    return torch.gather(block_table, 1, (start[:, None] + offsets).to(torch.int64))
 
 
 def load_cases(path=PUBLIC_CASES):
