@@ -324,6 +324,25 @@ def _as_int32(t):
     return t.to(torch.int32)
 
 
+class _Int32Inputs:
+    """LINMETA-DTYPE-SHIM (input side): the int32 copies of a step's int64 inputs, made once
+    per step and handed to every group, so that the groups still see one set of objects."""
+
+    __slots__ = ("src", "out")
+
+    def __init__(self):
+        self.src = (None, None)
+        self.out = (None, None)
+
+    def __call__(self, accepted, drafts):
+        a, d = self.src
+        if a is accepted and d is drafts:
+            return self.out
+        self.src = (accepted, drafts)
+        self.out = (_as_int32(accepted), _as_int32(drafts))
+        return self.out
+
+
 # --------------------------------------------------------------------------------------------
 # The fields of VllmSession (python/src/module.cpp, VllmSession::Pos): the dataclass field
 # name each position is returned under (None: not returned; "_x": for the adapter only).
@@ -461,6 +480,7 @@ class _Engine:
         self.session = None
         self.step: _Step | None = None
         self.lock = threading.Lock()
+        self.as_int32 = _Int32Inputs()
         self.mask_ring = None
         if kind == "gdn" and config["num_spec"] > 0:
             self.mask_ring = torch.zeros(
@@ -725,14 +745,12 @@ class GDNAttentionMetadataBuilder(_Base):
             engine, slot, table = self._engine, self._slot, m.block_table_tensor
         else:
             (engine, slot), table = self._aligned(), aligned[: m.num_reqs]
-        accepted = num_accepted_tokens
-        if accepted is not None and accepted.dtype is not torch.int32:
-            accepted = _as_int32(accepted)
-        if num_decode_draft_tokens_cpu is not None and (
-            num_decode_draft_tokens_cpu.dtype is not torch.int32
+        accepted, drafts = num_accepted_tokens, num_decode_draft_tokens_cpu
+        if (accepted is not None and accepted.dtype is not torch.int32) or (
+            drafts is not None and drafts.dtype is not torch.int32
         ):
-            num_decode_draft_tokens_cpu = _as_int32(num_decode_draft_tokens_cpu)
-        d, step = engine.run(slot, m, table, accepted, num_decode_draft_tokens_cpu, False)
+            accepted, drafts = engine.as_int32(accepted, drafts)
+        d, step = engine.run(slot, m, table, accepted, drafts, False)
         accepted_dtype = torch.int32 if num_accepted_tokens is None else num_accepted_tokens.dtype
         return self._assemble(d, step, m, accepted_dtype)
 

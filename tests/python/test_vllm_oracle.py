@@ -239,7 +239,7 @@ def test_int64_accepted_counts_keep_their_dtype():
     n = 0
     for case in CASES:
         s = case["step"]
-        if s["num_accepted_tokens"] is None or case["mode"] != "build" or "groups" in s:
+        if s["num_accepted_tokens"] is None or case["mode"] != "build":
             continue
         objs = u.vllm_objects(RUNNER, case["config"], 1)
         spec, names, vc = objs[0]
@@ -259,6 +259,39 @@ def test_int64_accepted_counts_keep_their_dtype():
         assert u.diff(ours, ref) == [], case["name"]
         n += ref.num_accepted_tokens is not None and ref.num_accepted_tokens.dtype == torch.int64
     assert n > 0
+
+
+def test_int64_inputs_keep_one_plan_per_step():
+    """The int32 copies of int64 inputs are made once per step: later groups are served."""
+    case = next(c for c in CASES if len(c["step"].get("groups", [])) >= 2 and c["mode"] == "build"
+                and c["step"]["num_accepted_tokens"] is not None)
+    s = case["step"]
+    objs = u.vllm_objects(RUNNER, case["config"], len(s["groups"]))
+    cls = LV.GDNAttentionMetadataBuilder if case["builder"] == "gdn" else LV.KimiK3KDAMetadataBuilder
+    builders = [cls(spec, names, vc, torch.device("cpu")) for spec, names, vc in objs]
+    base = u.common_metadata(RUNNER, s, s["groups"][0])
+    ms = [base] + [base.replace(block_table_tensor=u._i32(t)) for t in s["groups"][1:]]
+    acc = torch.tensor(s["num_accepted_tokens"], dtype=torch.int64)
+    drafts = torch.tensor(s["num_decode_draft_tokens_cpu"], dtype=torch.int64)
+    builds = []
+    session_build = LV._linmeta.VllmSession.build
+
+    def counting(self, *a, **k):
+        builds.append(1)
+        return session_build(self, *a, **k)
+
+    LV._linmeta.VllmSession.build = counting
+    try:
+        outs = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
+    finally:
+        LV._linmeta.VllmSession.build = session_build
+    assert len(builds) == 1
+    for g, md in enumerate(outs):
+        want = u.independent_reference(SEEDS, RUNNER, case, g)
+        assert want.num_accepted_tokens is None or md.num_accepted_tokens.dtype == (
+            want.num_accepted_tokens.dtype
+        )
+        assert md.num_spec_decodes == want.num_spec_decodes
 
 
 # ----------------------------------------------------------------------------- the plugin
