@@ -394,18 +394,15 @@ _KDA_SESSION_NAMES = tuple(None if n in _KDA_UNSET else n for n in _GDN_SESSION_
 _MASK_RING_SLOTS = 4  # host spec-mask rows cycled by steps (spec_sequence_masks_cpu)
 
 
-def _conv_host_lists(nums):
-    """vLLM's compute_causal_conv1d_metadata host lists from the per-sequence program counts:
-    (nums clone int32, tot, mlist int64, offsetlist int32), all CPU tensors."""
-    nums = nums.clone()
-    n64 = nums.to(torch.int64)
-    mlist = torch.repeat_interleave(torch.arange(n64.numel(), dtype=torch.int64), n64)
-    starts = torch.cumsum(n64, 0) - n64
-    tot = int(mlist.numel())
-    offsetlist = (
-        torch.arange(tot, dtype=torch.int64) - torch.repeat_interleave(starts, n64)
-    ).to(torch.int32)
-    return nums, tot, mlist, offsetlist
+def _conv_host_lists(nums_view, tot):
+    """vLLM's compute_causal_conv1d_metadata host lists from the per-sequence program counts
+    (a view of linmeta's host buffer): (nums int32, mlist int64, offsetlist int32), new CPU
+    tensors."""
+    nums = nums_view.clone()
+    mlist = torch.empty(tot, dtype=torch.int64)
+    offsetlist = torch.empty(tot, dtype=torch.int32)
+    _linmeta.fill_conv_lists(nums, mlist, offsetlist)
+    return nums, mlist, offsetlist
 
 
 def _current_stream(device: torch.device) -> int:
@@ -813,9 +810,8 @@ class GDNAttentionMetadataBuilder(_Base):
         """vLLM's nums_dict / batch_ptr / token_chunk_offset_ptr from linmeta's conv1d fields."""
         tot, nums_view, batch_ptr, offset_ptr = d.pop("_conv")
         if step.conv is None:
-            step.conv = _conv_host_lists(nums_view)
-        nums, tot2, mlist, offsetlist = step.conv
-        assert tot2 == tot, (tot2, tot)
+            step.conv = _conv_host_lists(nums_view, tot)
+        nums, mlist, offsetlist = step.conv
         d["nums_dict"] = {
             _CONV_BLOCK: {
                 "nums": nums,

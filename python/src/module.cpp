@@ -791,7 +791,43 @@ class VllmSession {
   std::vector<nb::object> table_objs_;
 };
 
+/// vLLM's causal-conv1d host lists from the programs per sequence: mlist[p] = sequence of
+/// program p (int64), offsetlist[p] = its chunk within the sequence (int32); host arrays of
+/// sum(nums) entries, written in place.
+void fill_conv_lists(nb::handle nums_obj, nb::handle mlist_obj, nb::handle offsets_obj) {
+  const ImportedArray nums = import_array(nums_obj, "nums", nullptr);
+  const ImportedArray mlist = import_array(mlist_obj, "mlist", nullptr);
+  const ImportedArray offsets = import_array(offsets_obj, "offsetlist", nullptr);
+  auto host_1d = [](const ImportedArray& a, const char* name, uint8_t bits) {
+    if (!a.present || a.ndim != 1 || a.device_type != kDLCPU ||
+        a.dtype.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Int) || a.dtype.bits != bits ||
+        (a.shape[0] > 1 && a.strides[0] != 1))
+      raise_error(std::string("fill_conv_lists: ") + name + " must be a contiguous 1-D host int" +
+                  std::to_string(bits) + " array");
+  };
+  host_1d(nums, "nums", 32);
+  host_1d(mlist, "mlist", 64);
+  host_1d(offsets, "offsetlist", 32);
+  const auto* n = static_cast<const int32_t*>(nums.data);
+  int64_t tot = 0;
+  for (int64_t i = 0; i < nums.shape[0]; ++i) tot += std::max(n[i], 0);
+  if (mlist.shape[0] != tot || offsets.shape[0] != tot)
+    raise_error("fill_conv_lists: mlist and offsetlist need sum(nums) = " + std::to_string(tot) +
+                " entries");
+  auto* ml = static_cast<int64_t*>(const_cast<void*>(mlist.data));
+  auto* off = static_cast<int32_t*>(const_cast<void*>(offsets.data));
+  int64_t p = 0;
+  for (int64_t i = 0; i < nums.shape[0]; ++i)
+    for (int32_t c = 0; c < n[i]; ++c, ++p) {
+      ml[p] = i;
+      off[p] = c;
+    }
+}
+
 void bind_vllm_session(nb::module_& m) {
+  m.def("fill_conv_lists", &fill_conv_lists, "nums"_a, "mlist"_a, "offsetlist"_a,
+        "vLLM's causal-conv1d host lists (mlist int64, offsetlist int32) from the programs per "
+        "sequence, written into the given host arrays of sum(nums) entries.");
   nb::class_<VllmSession>(
       m, "VllmSession",
       "Fast path of linmeta.vllm (internal): builds a step for every KV-cache group of a builder "
