@@ -391,7 +391,7 @@ _KDA_SESSION_NAMES = tuple(None if n in _KDA_UNSET else n for n in _GDN_SESSION_
     "_checkpoint",
     None,
 )
-_MASK_RING_SLOTS = 4  # host spec-mask rows cycled by steps (spec_sequence_masks_cpu)
+_MASK_RING_SLOTS = 8  # host spec-mask rows cycled by builds (spec_sequence_masks_cpu)
 
 
 def _conv_host_lists(nums_view, tot):
