@@ -261,7 +261,6 @@ def main():
                 print(f"{wl:<14} {groups:>2} {str(prefetch):>8} {t_seed:9.1f} {t_adapter:9.1f} "
                       f"{t_native:8.1f} {t_api:8.1f} {t_adapter - t_native:15.1f} "
                       f"{t_seed / t_adapter:11.1f}x")
-                del seed_b, ours_b, api
     lv._PREFETCH_TABLES = False
     if args.json:
         with open(args.json, "w") as f:

@@ -78,7 +78,7 @@ def _import_vllm_base():
 _VllmBase, _VllmCGSupport = _import_vllm_base()
 
 
-class AttentionCGSupport(enum.Enum):
+class _LocalCGSupport(enum.Enum):
     """vLLM's AttentionCGSupport (used when vLLM is not importable)."""
 
     ALWAYS = 3
@@ -87,8 +87,7 @@ class AttentionCGSupport(enum.Enum):
     NEVER = 0
 
 
-if _VllmCGSupport is not None:
-    AttentionCGSupport = _VllmCGSupport  # type: ignore[misc]  # noqa: F811
+AttentionCGSupport = _VllmCGSupport if _VllmCGSupport is not None else _LocalCGSupport
 
 
 class _LocalAttentionMetadataBuilder:
