@@ -1,9 +1,35 @@
 #!/usr/bin/env bash
-# Builds and installs the Python package (pip install .), then runs its tests.
+# Builds and installs the Python package into a virtual environment and runs its tests.
+#
+# The venv is made from Debian's /usr/bin/python3 with --system-site-packages, so Debian's
+# python3-torch (1.13) and python3-numpy (scripts/install-deps.sh) are visible: the vLLM
+# adapter tests run the seed builders live through ../shared/oracle with that torch.
+# Debian's pip refuses installs into the system interpreter; the venv is ours.
+#
+#   scripts/python-test.sh              build (reusing build/python) + install + pytest
+#   scripts/python-test.sh --build-only build + install, no tests
+#   scripts/python-test.sh -k vllm      extra arguments go to pytest
+#
+# LINMETA_VENV overrides the venv folder (default build/venv); LINMETA_PYTHON the interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-python3 -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-python3 -m pip install -q nanobind scikit-build-core pytest numpy
-python3 -m pip install -q .
-python3 -m pytest tests/python -q
+
+venv="${LINMETA_VENV:-build/venv}"
+python="${LINMETA_PYTHON:-/usr/bin/python3}"
+if [[ ! -x "$venv/bin/python" ]]; then
+  echo "python-test: creating $venv from $python (--system-site-packages)"
+  "$python" -m venv --system-site-packages "$venv"
+fi
+py="$venv/bin/python"
+# numpy 1.25+ for bool DLPack, below 2 for Debian's torch 1.13 (built against numpy 1.x).
+"$py" -m pip install -q --disable-pip-version-check nanobind scikit-build-core pytest \
+  "numpy>=1.25,<2"
+# --no-build-isolation + a fixed build dir: later runs recompile only what changed.
+"$py" -m pip install -q --disable-pip-version-check --no-build-isolation \
+  --config-settings=build-dir=build/python .
+
+if [[ ${1:-} == --build-only ]]; then
+  exit 0
+fi
+"$py" -m pytest tests/python -q "$@"

@@ -165,6 +165,110 @@ ImportedArray from_interface(nb::handle obj, nb::handle iface, const char* name,
   return a;
 }
 
+/// torch's Tensor type and dtype objects, looked up once torch has been imported
+/// by someone (linmeta never imports torch to read an input).
+struct TorchObjects {
+  PyTypeObject* tensor = nullptr;
+  nb::object strided, int32, int64, boolean, uint8, int8, int16;
+  nb::object s_dtype, s_layout, s_shape, s_stride, s_data_ptr, s_get_device;
+};
+
+const TorchObjects* torch_objects() {
+  // Never destroyed: the objects must not be released after the interpreter is gone.
+  static TorchObjects* cached = nullptr;
+  if (cached != nullptr) return cached;
+  PyObject* mod = PyImport_GetModule(nb::str("torch").ptr());  // no import: only if loaded
+  if (mod == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  nb::object torch = nb::steal(mod);
+  if (!nb::hasattr(torch, "Tensor") || !nb::hasattr(torch, "strided")) return nullptr;
+  auto* t = new TorchObjects;
+  t->tensor = reinterpret_cast<PyTypeObject*>(torch.attr("Tensor").ptr());
+  t->strided = torch.attr("strided");
+  t->int32 = torch.attr("int32");
+  t->int64 = torch.attr("int64");
+  t->boolean = torch.attr("bool");
+  t->uint8 = torch.attr("uint8");
+  t->int8 = torch.attr("int8");
+  t->int16 = torch.attr("int16");
+  t->s_dtype = nb::str("dtype");
+  t->s_layout = nb::str("layout");
+  t->s_shape = nb::str("shape");
+  t->s_stride = nb::str("stride");
+  t->s_data_ptr = nb::str("data_ptr");
+  t->s_get_device = nb::str("get_device");
+  cached = t;
+  return cached;
+}
+
+nb::object call0(nb::handle obj, nb::handle name) {
+  PyObject* args[1] = {obj.ptr()};
+  PyObject* r =
+      PyObject_VectorcallMethod(name.ptr(), args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  if (r == nullptr) throw nb::python_error();
+  return nb::steal(r);
+}
+
+/// The fast path for plain torch.Tensor inputs: pointer, shape, strides, dtype and device
+/// read from the tensor itself (no DLPack capsule per input). Returns false for anything
+/// else (subclasses, non-strided layouts, other dtypes), which takes the generic path.
+bool import_torch_tensor(nb::handle obj, ImportedArray& a) {
+  const TorchObjects* t = torch_objects();
+  if (t == nullptr || Py_TYPE(obj.ptr()) != t->tensor) return false;
+  nb::object layout = nb::steal(PyObject_GetAttr(obj.ptr(), t->s_layout.ptr()));
+  if (!layout.is_valid()) throw nb::python_error();
+  if (!layout.is(t->strided)) return false;
+  nb::object dt = nb::steal(PyObject_GetAttr(obj.ptr(), t->s_dtype.ptr()));
+  if (!dt.is_valid()) throw nb::python_error();
+  nb::dlpack::dtype d{};
+  d.lanes = 1;
+  if (dt.is(t->int32)) {
+    d.code = static_cast<uint8_t>(dtype_code::Int);
+    d.bits = 32;
+  } else if (dt.is(t->int64)) {
+    d.code = static_cast<uint8_t>(dtype_code::Int);
+    d.bits = 64;
+  } else if (dt.is(t->boolean)) {
+    d.code = static_cast<uint8_t>(dtype_code::Bool);
+    d.bits = 8;
+  } else if (dt.is(t->uint8)) {
+    d.code = static_cast<uint8_t>(dtype_code::UInt);
+    d.bits = 8;
+  } else if (dt.is(t->int8)) {
+    d.code = static_cast<uint8_t>(dtype_code::Int);
+    d.bits = 8;
+  } else if (dt.is(t->int16)) {
+    d.code = static_cast<uint8_t>(dtype_code::Int);
+    d.bits = 16;
+  } else {
+    return false;  // floats etc.: the generic path names the dtype in its error
+  }
+  nb::object shape = nb::steal(PyObject_GetAttr(obj.ptr(), t->s_shape.ptr()));
+  if (!shape.is_valid()) throw nb::python_error();
+  nb::object stride = call0(obj, t->s_stride);
+  if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(stride.ptr())) return false;
+  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
+  a.ndim = static_cast<int32_t>(ndim);
+  for (Py_ssize_t i = 0; i < ndim && i < 2; ++i) {
+    a.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
+    a.strides[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride.ptr(), i));
+  }
+  nb::object ptr = call0(obj, t->s_data_ptr);
+  nb::object dev = call0(obj, t->s_get_device);
+  const auto p = PyLong_AsUnsignedLongLong(ptr.ptr());
+  const long long device = PyLong_AsLongLong(dev.ptr());
+  if (PyErr_Occurred()) throw nb::python_error();
+  a.present = true;
+  a.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(p));
+  a.dtype = d;
+  a.device_type = device < 0 ? kDLCPU : kDLCUDA;
+  a.device_id = device < 0 ? 0 : static_cast<int32_t>(device);
+  a.keep = nb::borrow(obj);
+  return true;
+}
+
 }  // namespace
 
 void raise_error(const std::string& message) { throw Error("linmeta: " + message); }
@@ -219,6 +323,7 @@ std::string dtype_name(nb::dlpack::dtype dt) {
 ImportedArray import_array(nb::handle obj, const char* name, Stream consumer) {
   ImportedArray a;
   if (!obj.is_valid() || obj.is_none()) return a;
+  if (import_torch_tensor(obj, a)) return a;
   nb::ndarray<nb::ro> nd;
   if (nb::try_cast(obj, nd, /*convert=*/false)) {
     a.present = true;
@@ -295,11 +400,23 @@ nb::object export_array(const void* data, int32_t ndim, int64_t rows, int64_t co
                         nb::handle owner, ArrayType type) {
   const size_t shape[2] = {static_cast<size_t>(rows < 0 ? 0 : rows),
                            static_cast<size_t>(cols < 0 ? 0 : cols)};
-  nb::ndarray<> nd(const_cast<void*>(data), static_cast<size_t>(ndim), shape, owner, nullptr, dtype,
+  const bool torch_bool =
+      type == ArrayType::Torch && dtype.code == static_cast<uint8_t>(dtype_code::Bool);
+  // torch < 2.0 (Debian's 1.13) has no bool DLPack: bool arrays travel as uint8 and are
+  // re-viewed as torch.bool (same element size; works on every torch version).
+  const nb::dlpack::dtype wire =
+      torch_bool ? nb::dlpack::dtype{static_cast<uint8_t>(dtype_code::UInt), 8, 1} : dtype;
+  nb::ndarray<> nd(const_cast<void*>(data), static_cast<size_t>(ndim), shape, owner, nullptr, wire,
                    device_type, device_id);
   switch (type) {
-    case ArrayType::Torch:
-      return nb::cast(nb::ndarray<nb::pytorch>(nd), nb::rv_policy::reference);
+    case ArrayType::Torch: {
+      nb::object t = nb::cast(nb::ndarray<nb::pytorch>(nd), nb::rv_policy::reference);
+      if (!torch_bool) return t;
+      const TorchObjects* to = torch_objects();
+      nb::object torch_bool_dtype =
+          to != nullptr ? to->boolean : nb::module_::import_("torch").attr("bool");
+      return t.attr("view")(torch_bool_dtype);
+    }
     case ArrayType::Numpy:
       return nb::cast(nb::ndarray<nb::numpy>(nd), nb::rv_policy::reference);
     default:

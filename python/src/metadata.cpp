@@ -10,13 +10,37 @@
 
 namespace linmeta::py {
 
-namespace {
-
 nb::dlpack::dtype dlpack_dtype(DType t) {
   if (t == DType::Bool) return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bool), 8, 1};
   return {static_cast<uint8_t>(nb::dlpack::dtype_code::Int),
           static_cast<uint8_t>(8 * dtype_size(t)), 1};
 }
+
+namespace {
+
+nb::object optional_int(const std::optional<int32_t>& v) {
+  return v ? nb::object(nb::int_(*v)) : nb::none();
+}
+
+}  // namespace
+
+// clang-format off
+const std::array<ScalarField, 10> kScalarFields{{
+  {"num_prefills", [](const Metadata& m) -> nb::object { return nb::int_(m.num_prefills); }},
+  {"num_prefill_tokens", [](const Metadata& m) -> nb::object { return nb::int_(m.num_prefill_tokens); }},
+  {"num_decodes", [](const Metadata& m) -> nb::object { return nb::int_(m.num_decodes); }},
+  {"num_decode_tokens", [](const Metadata& m) -> nb::object { return nb::int_(m.num_decode_tokens); }},
+  {"num_spec_decodes", [](const Metadata& m) -> nb::object { return nb::int_(m.num_spec_decodes); }},
+  {"num_spec_decode_tokens", [](const Metadata& m) -> nb::object { return nb::int_(m.num_spec_decode_tokens); }},
+  {"num_actual_tokens", [](const Metadata& m) -> nb::object { return nb::int_(m.num_actual_tokens); }},
+  {"uniform_spec_sequence_length", [](const Metadata& m) { return optional_int(m.uniform_spec_sequence_length); }},
+  // vllm-0.34 KDA: the first spec / non-spec token when those tokens are contiguous.
+  {"spec_token_start", [](const Metadata& m) { return optional_int(m.spec_token_start); }},
+  {"non_spec_token_start", [](const Metadata& m) { return optional_int(m.non_spec_token_start); }},
+}};
+// clang-format on
+
+namespace {
 
 constexpr int32_t kConvBlockKey = kConvBlock;  // nums_dict key, as vLLM's BLOCK_M
 
@@ -146,20 +170,10 @@ void PyMetadata::bind(nb::module_& m) {
       "alias "
       "them) and keep the builder alive; their contents are valid until the builder's next build. "
       "Absent fields are None.");
-  cls.def_prop_ro("num_prefills", [](const PyMetadata& s) { return s.metadata().num_prefills; })
-      .def_prop_ro("num_prefill_tokens",
-                   [](const PyMetadata& s) { return s.metadata().num_prefill_tokens; })
-      .def_prop_ro("num_decodes", [](const PyMetadata& s) { return s.metadata().num_decodes; })
-      .def_prop_ro("num_decode_tokens",
-                   [](const PyMetadata& s) { return s.metadata().num_decode_tokens; })
-      .def_prop_ro("num_spec_decodes",
-                   [](const PyMetadata& s) { return s.metadata().num_spec_decodes; })
-      .def_prop_ro("num_spec_decode_tokens",
-                   [](const PyMetadata& s) { return s.metadata().num_spec_decode_tokens; })
-      .def_prop_ro("num_actual_tokens",
-                   [](const PyMetadata& s) { return s.metadata().num_actual_tokens; })
-      .def_prop_ro("uniform_spec_sequence_length",
-                   [](const PyMetadata& s) { return s.metadata().uniform_spec_sequence_length; });
+  for (const ScalarField& f : kScalarFields) {
+    auto get = f.get;
+    cls.def_prop_ro(f.name, [get](const PyMetadata& s) { return get(s.metadata()); });
+  }
 
   // One property per top-level row of the output table (nested rows live in the
   // composites below), with its element type in the docstring.
@@ -190,14 +204,7 @@ void PyMetadata::bind(nb::module_& m) {
       .def_prop_ro(
           "flashinfer_checkpoint_plan",
           [](PyMetadata& s) { return s.get(Composite::FlashInferCheckpointPlan); },
-          "vllm-0.34 GDN + FlashInfer: FlashInferCheckpointPlan or None")
-      .def_prop_ro(
-          "spec_token_start", [](const PyMetadata& s) { return s.metadata().spec_token_start; },
-          "vllm-0.34 KDA: first spec token when the spec tokens are contiguous, else None")
-      .def_prop_ro(
-          "non_spec_token_start",
-          [](const PyMetadata& s) { return s.metadata().non_spec_token_start; },
-          "vllm-0.34 KDA: first non-spec token when contiguous, else None");
+          "vllm-0.34 GDN + FlashInfer: FlashInferCheckpointPlan or None");
   cls.def_prop_ro("group", &PyMetadata::group, "The KV-cache group this metadata was built for.")
       .def_prop_ro("num_reqs", &PyMetadata::num_reqs, "Rows of the step (padding rows included).")
       .def_prop_ro(

@@ -39,6 +39,17 @@ struct PyFlashInferCheckpointPlan {
   nb::object rows;
 };
 
+/// The scalar fields of Metadata (counts and optional ints) as Python values, by vLLM name:
+/// the Metadata properties and the vLLM session both iterate this list.
+struct ScalarField {
+  const char* name;
+  nb::object (*get)(const Metadata& m);  ///< a Python int, or None for an absent optional
+};
+extern const std::array<ScalarField, 10> kScalarFields;
+
+/// The DLPack element type of an output dtype.
+nb::dlpack::dtype dlpack_dtype(DType t);
+
 /// Composite fields built from several table rows (the export cache follows the
 /// output table's rows, linmeta/outputs.hpp, then these).
 enum class Composite : int32_t {

@@ -32,8 +32,7 @@ Config align_config(int32_t k, int32_t block_size) {
 
 /// Row r of the spec state indices stays inside block-table row r of the iota table
 /// (bt[r, c] = 100 + 8r + c, width w) and is one window: consecutive columns.
-void expect_window_in_row(const Array& a, int32_t row, int32_t width,
-                          int32_t expected_first_col) {
+void expect_window_in_row(const Array& a, int32_t row, int32_t width, int32_t expected_first_col) {
   ASSERT_TRUE(a.present);
   for (int32_t j = 0; j < a.cols; ++j) {
     const int64_t v = a.at(int64_t{row} * a.cols + j);

@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""What a vLLM step's GDN / KDA metadata costs from Python: linmeta.vllm's drop-in builders
+against the native build they wrap and against the seed builder (vLLM's Python builder, run
+through ../shared/oracle's stand-in ``vllm`` with its tensors on the same device).
+
+Columns, per scheduler step (all G KV-cache groups), host time in microseconds:
+
+* ``seed``      the seed builders, one object per group, called as vLLM's runner calls them
+                (with seed 001's per-step cache), every field read;
+* ``adapter``   linmeta.vllm's builders, called the same way, every field read as a torch
+                tensor (what an engine gets);
+* ``native``    linmeta's own host time of the same build (plan + pack + enqueue, from
+                ``last_timing``), the floor the adapter wraps;
+* ``py-api``    linmeta's generic Python API (``build_groups`` + every field exported as a
+                torch tensor), for reference;
+* ``adapter - native``: what the Python layer adds.
+
+The headline step: 256 spec-decode rows, k = 3, align mode, FULL CUDA graphs (GDN), G = 1
+and G = 4; plus the same for KDA and a mixed prefill step. Runs on the CPU (host target)
+and on a GPU (``--device cuda``: CUDA tensors, the cuda target; the GPU is synchronised
+between timing blocks, never inside one).
+
+    python bench/python/bench_vllm.py [--device cuda] [--iters 2000] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+ORACLE = os.environ.get(
+    "LINMETA_ORACLE_DIR", os.path.normpath(os.path.join(REPO, "..", "shared", "oracle"))
+)
+
+
+def load():
+    sys.path.insert(0, ORACLE)
+    import runner  # noqa: E402
+    import seedload  # noqa: E402
+
+    seeds = seedload.load_seeds()
+    # Seed 000's Triton stand-ins build their offsets on the CPU: make the aligned gather
+    # device-aware so the KDA seed runs with CUDA tensors too (same semantics).
+    def aligned(block_table, seq_lens, kv_cache_spec, mode):
+        if mode in ("all", "none"):
+            return block_table
+        start = ((seq_lens - 1) // kv_cache_spec.block_size).clamp_(min=0)
+        offsets = torch.arange(
+            1 + kv_cache_spec.num_speculative_blocks, dtype=torch.int32, device=seq_lens.device
+        )
+        return torch.gather(block_table, 1, (start[:, None] + offsets).to(torch.int64))
+
+    seeds.kda._mamba_get_block_table_tensor = aligned
+    import linmeta.vllm as lv  # after the stand-in: same base classes and dataclasses
+
+    return seeds, runner, lv
+
+
+def workload(name, g, device, rng):
+    """(config dict as in the case files, CommonAttentionMetadata per group, accepted, drafts)."""
+    k = 3
+    rows = 256
+    kind = "kda" if name.startswith("kda") else "gdn"
+    mixed = "mixed" in name
+    config = {
+        "num_spec": k,
+        "max_num_seqs": 256,
+        "full_cuda_graph": True,
+        "max_cudagraph_capture_size": None,
+        "mamba_cache_mode": "align",
+        "block_size": 64,
+        "num_speculative_blocks": k,
+        "use_recoverssm": False,
+        "num_prefill_checkpoint_blocks": 0,
+    }
+    ql, drafts, prefilling = [], [], []
+    for r in range(rows):
+        if mixed and r >= rows - 16:
+            ql.append(int(rng.integers(100, 400)))
+            drafts.append(-1)
+            prefilling.append(True)
+        else:
+            ql.append(k + 1)
+            drafts.append(k)
+            prefilling.append(False)
+    qsl = [0]
+    for q in ql:
+        qsl.append(qsl[-1] + q)
+    seq = [int(rng.integers(500, 5000)) + q for q in ql]
+    width = max(seq) // 64 + k + 2
+    step = {
+        "query_start_loc": qsl,
+        "seq_lens": seq,
+        "seq_lens_cpu_upper_bound": seq,
+        "is_prefilling": prefilling,
+        "num_actual_tokens": qsl[-1],
+        "block_table": rng.integers(1, 1 << 20, size=(rows, width)).tolist(),
+        "num_decode_draft_tokens_cpu": drafts,
+        "num_accepted_tokens": [int(rng.integers(1, q + 1)) if q == k + 1 else 1 for q in ql],
+    }
+    return kind, config, step
+
+
+def make_inputs(runner, kind, config, step, groups, device, rng):
+    i32 = dict(dtype=torch.int32)
+    tables = [step["block_table"]] + [
+        rng.integers(1, 1 << 20, size=(len(step["seq_lens"]), len(step["block_table"][0]))).tolist()
+        for _ in range(groups - 1)
+    ]
+    base = runner.make_common_metadata(step, tables[0])
+    base = base.replace(
+        query_start_loc=base.query_start_loc.to(device),
+        seq_lens=base.seq_lens.to(device),
+        block_table_tensor=base.block_table_tensor.to(device),
+        slot_mapping=base.slot_mapping.to(device),
+    )
+    ms = [base] + [
+        base.replace(block_table_tensor=torch.tensor(t, device=device, **i32)) for t in tables[1:]
+    ]
+    accepted = torch.tensor(step["num_accepted_tokens"], device=device, **i32)
+    drafts = torch.tensor(step["num_decode_draft_tokens_cpu"], **i32)
+    objs = []
+    for g in range(groups):
+        names = [f"model.layers.{g}.linear_attn"]
+        vc = runner.make_vllm_config(config, names)
+        vc.scheduler_config.max_num_batched_tokens = 8192
+        objs.append((runner.make_kv_cache_spec(config), names, vc))
+    return ms, accepted, drafts, objs
+
+
+def read_all(md, names):
+    for n in names:
+        getattr(md, n)
+
+
+CLOCK = time.perf_counter
+
+
+def timed(fn, iters, repeats, sync):
+    """Median over `repeats` blocks of the mean host time of one call (microseconds)."""
+    for _ in range(max(10, iters // 10)):
+        fn()
+    sync()
+    out = []
+    for _ in range(repeats):
+        t0 = CLOCK()
+        for _ in range(iters):
+            fn()
+        out.append((CLOCK() - t0) / iters * 1e6)
+        sync()
+    return statistics.median(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cpu", help="cpu (host target) or cuda")
+    ap.add_argument("--iters", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--seed-iters", type=int, default=0, help="iterations for the seed (default iters/10)")
+    ap.add_argument("--groups", default="1,4")
+    ap.add_argument(
+        "--workloads", default="gdn-spec-k3,kda-spec-k3,gdn-mixed-k3", help="comma-separated"
+    )
+    ap.add_argument("--json", help="write the table as JSON")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall: perf_counter (default); cpu: this process's CPU time (a shared, loaded "
+        "machine; meaningless for GPU work)",
+    )
+    args = ap.parse_args()
+    global CLOCK
+    CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
+
+    import numpy as np
+    import linmeta
+
+    seeds, runner, lv = load()
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    seed_iters = args.seed_iters or max(20, args.iters // 10)
+    rows = []
+    print(f"linmeta.vllm bench: device {device}, torch {torch.__version__}, "
+          f"iters {args.iters} (seed {seed_iters}) x {args.repeats}")
+    header = (f"{'workload':<14} {'G':>2} {'prefetch':>8} {'seed':>9} {'adapter':>9} "
+              f"{'native':>8} {'py-api':>8} {'adapter-native':>15} {'seed/adapter':>12}")
+    print(header)
+    for wl in args.workloads.split(","):
+        for groups in (int(x) for x in args.groups.split(",")):
+            for prefetch in ([False, True] if groups > 1 else [False]):
+                rng = np.random.default_rng(1)
+                kind, config, step = workload(wl, groups, device, rng)
+                ms, accepted, drafts, objs = make_inputs(runner, kind, config, step, groups, device, rng)
+                seed_cls = {"gdn": seeds.gdn.GDNAttentionMetadataBuilder,
+                            "kda": seeds.kda.KimiK3KDAMetadataBuilder}[kind]
+                our_cls = {"gdn": lv.GDNAttentionMetadataBuilder,
+                           "kda": lv.KimiK3KDAMetadataBuilder}[kind]
+                lv._PREFETCH_TABLES = prefetch
+                seed_b = [seed_cls(s, n, vc, device) for s, n, vc in objs]
+                ours_b = [our_cls(s, n, vc, device) for s, n, vc in objs]
+                names = [f.name for f in __import__("dataclasses").fields(
+                    lv.metadata_classes()[kind])]
+
+                def run(builders):
+                    for b, m in zip(builders, ms):
+                        read_all(b.build(0, m, accepted, drafts), names)
+
+                # Equal outputs first (a bench of wrong answers is worthless).
+                runner.clear_step_cache(seeds)
+                for b, m in zip(seed_b, ms):
+                    ref = b.build(0, m, accepted, drafts)
+                    got = ours_b[seed_b.index(b)].build(0, m, accepted, drafts)
+                    for n in names:
+                        r, o = getattr(ref, n), getattr(got, n)
+                        if isinstance(r, torch.Tensor):
+                            assert o.dtype == r.dtype and torch.equal(o.cpu(), r.cpu()), n
+                runner.clear_step_cache(seeds)
+                t_seed = timed(lambda: run(seed_b), seed_iters, args.repeats, sync)
+                t_adapter = timed(lambda: run(ours_b), args.iters, args.repeats, sync)
+                eng = ours_b[0]._engine
+                run(ours_b)
+                sync()
+                t = eng.native.last_timing
+                # One more round to read a steady-state timing of the native build.
+                natives = []
+                for _ in range(50):
+                    run(ours_b)
+                    t = eng.native.last_timing
+                    natives.append((t["plan_ns"] + t["pack_ns"] + t["enqueue_ns"]) / 1e3)
+                sync()
+                t_native = statistics.median(natives)
+                # The generic Python API on a builder of its own.
+                api = (linmeta.KdaMetadataBuilder if kind == "kda" else linmeta.GdnMetadataBuilder)(
+                    **eng.config | {"max_num_batched_tokens": eng.token_capacity},
+                    target="cuda" if device.type == "cuda" else "host",
+                    num_groups=groups, array_type="torch")
+                stream = 0 if device.type != "cuda" else torch.cuda.current_stream().cuda_stream
+                kw = linmeta.step_kwargs(ms[0], accepted, drafts)
+                kw.pop("block_table")
+                tabs = [m.block_table_tensor for m in ms]
+                api_names = linmeta.ARRAY_FIELDS + linmeta.COUNT_FIELDS + ("nums_dict",)
+
+                def run_api():
+                    for md in api.build_groups(block_tables=tabs, stream=stream, **kw):
+                        read_all(md, api_names)
+
+                t_api = timed(run_api, args.iters, args.repeats, sync)
+                row = dict(workload=wl, groups=groups, prefetch=prefetch, seed_us=t_seed,
+                           adapter_us=t_adapter, native_us=t_native, py_api_us=t_api,
+                           device=str(device), torch=torch.__version__)
+                rows.append(row)
+                print(f"{wl:<14} {groups:>2} {str(prefetch):>8} {t_seed:9.1f} {t_adapter:9.1f} "
+                      f"{t_native:8.1f} {t_api:8.1f} {t_adapter - t_native:15.1f} "
+                      f"{t_seed / t_adapter:11.1f}x")
+    lv._PREFETCH_TABLES = False
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

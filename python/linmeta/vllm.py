@@ -1,0 +1,951 @@
+"""linmeta.vllm: drop-in replacements for vLLM's GDN and Kimi-K3 KDA metadata builders.
+
+``GDNAttentionMetadataBuilder`` and ``KimiK3KDAMetadataBuilder`` take the constructor and
+call signatures of vLLM's builders (``../shared/seeds``), read the same configuration
+attributes, and return vLLM's own metadata dataclasses (``GDNAttentionMetadata`` /
+``KimiK3KDAMetadata``, imported from vLLM when it is importable, identical dataclasses of
+this module otherwise) with every field equal to the reference builder's: values, dtypes,
+shapes, devices and None-ness.
+
+The builder objects of one engine (one per KV-cache group) share one native linmeta builder
+with ``num_groups = G``: the first group's ``build()`` of a scheduler step plans the step and
+finishes every group in one launch; the other groups' calls are recognised as the same step
+(the test of seed 001's per-step cache, made stricter) and served from that plan, re-gathering
+only their own state indices. Anything unrecognised plans afresh.
+
+Importing this module needs torch, not vLLM. ``linmeta.vllm_plugin`` swaps vLLM's builder
+classes for these (docs/vllm.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import _linmeta
+
+__all__ = [
+    "GDNAttentionMetadata",
+    "GDNAttentionMetadataBuilder",
+    "KDACheckpointMetadata",
+    "KDARecoverSSMAlignMetadata",
+    "KDARecoverSSMCommitMetadata",
+    "KimiK3KDAMetadata",
+    "KimiK3KDAMetadataBuilder",
+    "metadata_classes",
+]
+
+NULL_BLOCK_ID = _linmeta.NULL_BLOCK_ID
+_CONV_BLOCK = _linmeta.CONV_BLOCK  # causal-conv1d BLOCK_M, the key of nums_dict
+_FLA_CHUNK_SIZE = _linmeta.FLA_CHUNK_SIZE
+
+# Token capacity when the scheduler config has no max_num_batched_tokens (the oracle's
+# stand-in config): it grows on demand (see _Engine._ensure_native).
+_DEFAULT_TOKEN_CAPACITY = 8192
+
+# Opt-in: gather every group's state indices in the first group's launch from the table
+# each group used the step before (verified per group before it is served). Needs every
+# group's block table of a step to be final in stream order when the first group builds
+# (vLLM's runners commit all tables before building metadata). docs/vllm.md.
+_PREFETCH_TABLES = os.environ.get("LINMETA_VLLM_PREFETCH_TABLES", "0") == "1"
+
+# The rules profile of the native builders: "seed" (default) or "vllm-0.34" (docs/vllm.md).
+_PROFILE = os.environ.get("LINMETA_VLLM_PROFILE") or None
+
+
+# --------------------------------------------------------------------------------------------
+# vLLM's base class and metadata dataclasses (or identical ones when vLLM is not importable)
+
+
+def _import_vllm_base():
+    for mod in ("vllm.v1.attention.backend", "vllm.v1.attention.backends.utils"):
+        try:
+            m = __import__(mod, fromlist=["AttentionMetadataBuilder", "AttentionCGSupport"])
+            return m.AttentionMetadataBuilder, m.AttentionCGSupport
+        except Exception:  # noqa: BLE001 - vLLM absent or a different layout
+            continue
+    return None, None
+
+
+_VllmBase, _VllmCGSupport = _import_vllm_base()
+
+
+class _LocalCGSupport(enum.Enum):
+    """vLLM's AttentionCGSupport (used when vLLM is not importable)."""
+
+    ALWAYS = 3
+    UNIFORM_BATCH = 2
+    UNIFORM_SINGLE_TOKEN_DECODE = 1
+    NEVER = 0
+
+
+AttentionCGSupport = _VllmCGSupport if _VllmCGSupport is not None else _LocalCGSupport
+
+
+class _LocalAttentionMetadataBuilder:
+    """The parts of vLLM's AttentionMetadataBuilder base class the builders use."""
+
+    _cudagraph_support = AttentionCGSupport.NEVER
+    reorder_batch_threshold: int | None = None
+    supports_update_block_table: bool = False
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        self.kv_cache_spec = kv_cache_spec
+        self.layer_names = layer_names
+        self.vllm_config = vllm_config
+        self.device = device
+
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config, kv_cache_spec):
+        return cls._cudagraph_support
+
+    def _init_reorder_batch_threshold(
+        self,
+        reorder_batch_threshold: int | None = 1,
+        supports_spec_as_decode: bool = False,
+        supports_dcp_with_varlen: bool = False,
+    ) -> None:
+        threshold = reorder_batch_threshold
+        spec = self.vllm_config.speculative_config
+        if threshold is not None and supports_spec_as_decode and spec is not None:
+            k = spec.num_speculative_tokens or 0
+            per_draft = 2 if getattr(spec, "parallel_drafting", False) else 1
+            threshold = max(threshold, 1 + per_draft * k)
+        parallel = getattr(self.vllm_config, "parallel_config", None)
+        dcp = getattr(parallel, "decode_context_parallel_size", 1)
+        if threshold is not None and dcp > 1 and not supports_dcp_with_varlen:
+            threshold = 1
+        self.reorder_batch_threshold = threshold
+
+    def use_cascade_attention(self, *args, **kwargs) -> bool:
+        return False
+
+
+_Base = _VllmBase if _VllmBase is not None else _LocalAttentionMetadataBuilder
+
+
+@dataclass
+class GDNAttentionMetadata:
+    """vLLM's GDNAttentionMetadata (field for field), used when vLLM is not importable."""
+
+    num_prefills: int
+    num_prefill_tokens: int
+    num_decodes: int
+    num_decode_tokens: int
+    num_spec_decodes: int
+    num_spec_decode_tokens: int
+    num_actual_tokens: int
+
+    has_initial_state: torch.Tensor | None = None
+
+    spec_query_start_loc: torch.Tensor | None = None
+    non_spec_query_start_loc: torch.Tensor | None = None
+
+    spec_state_indices_tensor: torch.Tensor | None = None
+    non_spec_state_indices_tensor: torch.Tensor | None = None
+    spec_sequence_masks: torch.Tensor | None = None
+    spec_sequence_masks_cpu: torch.Tensor | None = None
+    spec_token_indx: torch.Tensor | None = None
+    non_spec_token_indx: torch.Tensor | None = None
+
+    num_accepted_tokens: torch.Tensor | None = None
+    uniform_spec_sequence_length: int | None = None
+
+    chunk_indices: torch.Tensor | None = None
+    chunk_offsets: torch.Tensor | None = None
+    prefill_query_start_loc: torch.Tensor | None = None
+    prefill_state_indices: torch.Tensor | None = None
+    prefill_has_initial_state: torch.Tensor | None = None
+
+    nums_dict: dict | None = None
+    batch_ptr: torch.Tensor | None = None
+    token_chunk_offset_ptr: torch.Tensor | None = None
+
+
+@dataclass
+class KDARecoverSSMAlignMetadata:
+    block_table: torch.Tensor
+    num_computed_tokens: torch.Tensor
+    block_size: int
+
+
+@dataclass
+class KDARecoverSSMCommitMetadata:
+    state_indices: torch.Tensor
+    query_start_loc: torch.Tensor
+    request_indices: torch.Tensor | None
+    align: KDARecoverSSMAlignMetadata | None
+
+
+@dataclass
+class KDACheckpointMetadata:
+    checkpoint_offsets: torch.Tensor
+    state_indices: torch.Tensor
+
+
+@dataclass
+class KimiK3KDAMetadata(GDNAttentionMetadata):
+    """vLLM's KimiK3KDAMetadata (field for field), used when vLLM is not importable."""
+
+    recoverssm_commit: KDARecoverSSMCommitMetadata | None = None
+    recoverssm_context: Any = field(default=None, repr=False, compare=False)
+    checkpoint: KDACheckpointMetadata | None = None
+
+    def commit_recoverssm_state(self, num_accepted_tokens: torch.Tensor):
+        """As vLLM's: hands the accepted counts to the RecoverSSM commit context."""
+        commit = self.recoverssm_commit
+        if commit is None:
+            return None
+        context = self.recoverssm_context
+        assert context is not None, "recoverssm_context needs vLLM's Kimi-K3 ops"
+        align = commit.align
+        context.commit(
+            num_accepted_tokens,
+            commit.state_indices[: self.num_spec_decodes, 0],
+            commit.query_start_loc[: self.num_spec_decodes + 1],
+            request_indices=commit.request_indices,
+            block_table=align.block_table if align is not None else None,
+            num_computed_tokens=align.num_computed_tokens if align is not None else None,
+            mamba_block_size=align.block_size if align is not None else None,
+        )
+        return None
+
+
+_LOCAL_CLASSES = {
+    "gdn": GDNAttentionMetadata,
+    "kda": KimiK3KDAMetadata,
+    "commit": KDARecoverSSMCommitMetadata,
+    "align": KDARecoverSSMAlignMetadata,
+    "checkpoint": KDACheckpointMetadata,
+}
+
+
+def metadata_classes(prefer_vllm: bool = True) -> dict:
+    """The dataclasses the builders return: vLLM's when importable (and prefer_vllm), else
+    this module's. Keys: gdn, kda, commit, align, checkpoint; with vLLM 0.34 also
+    gdn_checkpoint and fi_plan (its GDN prefill checkpoint classes)."""
+    out = dict(_LOCAL_CLASSES)
+    if not prefer_vllm:
+        return out
+    try:
+        from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadata as gdn
+
+        out["gdn"] = gdn
+    except Exception:  # noqa: BLE001
+        return out
+    try:  # vLLM 0.34: GDN prefill checkpoints and the FlashInfer checkpoint plan
+        from vllm.model_executor.layers.mamba.checkpoint import MambaPrefillCheckpointMetadata
+        from vllm.v1.attention.backends.gdn_attn import GDNFlashInferCheckpointPlan
+
+        out.update(
+            gdn_checkpoint=MambaPrefillCheckpointMetadata, fi_plan=GDNFlashInferCheckpointPlan
+        )
+    except Exception:  # noqa: BLE001 - an older vLLM
+        pass
+    try:
+        from vllm.models.kimi_k3.nvidia import kda_metadata as kda
+
+        out.update(
+            kda=kda.KimiK3KDAMetadata,
+            commit=kda.KDARecoverSSMCommitMetadata,
+            align=kda.KDARecoverSSMAlignMetadata,
+            checkpoint=kda.KDACheckpointMetadata,
+        )
+    except Exception:  # noqa: BLE001 - vLLM without Kimi-K3
+        pass
+    return out
+
+
+def _defaults(cls) -> dict:
+    """The default of every field of dataclass `cls` that has one (factories called)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            out[f.name] = f.default_factory()  # type: ignore[misc]
+    return out
+
+
+def _fast_constructor(cls):
+    """A constructor of dataclass `cls` from a dict holding every field (VllmSession starts
+    each dict from the defaults): plain dataclasses get the dict as their __dict__ (no
+    __init__ call); any other (__post_init__, slots, frozen, factories) goes through
+    __init__."""
+    fields = dataclasses.fields(cls)
+    plain = (
+        not hasattr(cls, "__post_init__")
+        and "__slots__" not in cls.__dict__
+        and not cls.__dataclass_params__.frozen
+        and all(f.init and f.default_factory is dataclasses.MISSING for f in fields)
+    )
+    if not plain:
+        return lambda values: cls(**values)
+    new = object.__new__
+
+    def make(values):
+        obj = new(cls)
+        obj.__dict__ = values
+        return obj
+
+    return make
+
+
+# --------------------------------------------------------------------------------------------
+# Input dtypes: linmeta reads int32 accepted / draft counts; vLLM versions keep them as int64.
+# linmeta's outputs carry vLLM's dtypes natively (int64 chunk_offsets and token partitions).
+
+
+def _as_int32(t):
+    if t is None or t.dtype is torch.int32:
+        return t
+    return t.to(torch.int32)
+
+
+class _Int32Inputs:
+    """The int32 copies of a step's int64 accepted / draft counts, made once per step and
+    handed to every group, so that the groups still see one set of objects."""
+
+    __slots__ = ("src", "out")
+
+    def __init__(self):
+        self.src = (None, None)
+        self.out = (None, None)
+
+    def __call__(self, accepted, drafts):
+        a, d = self.src
+        if a is accepted and d is drafts:
+            return self.out
+        self.src = (accepted, drafts)
+        self.out = (_as_int32(accepted), _as_int32(drafts))
+        return self.out
+
+
+def _accepted_dtype(d, accepted_dtype, staged):
+    """The reference slices the caller's accepted counts outside the persistent int32 buffer,
+    so they keep the caller's dtype there (int64 in some vLLM versions)."""
+    acc = d["num_accepted_tokens"]
+    if acc is not None and accepted_dtype is not torch.int32 and not staged:
+        d["num_accepted_tokens"] = acc.to(accepted_dtype)
+
+
+_MASK_RING_SLOTS = 8  # host spec-mask rows cycled by builds (spec_sequence_masks_cpu)
+
+
+def _conv_host_lists(nums_view, tot):
+    """vLLM's compute_causal_conv1d_metadata host lists from the per-sequence program counts
+    (a view of linmeta's host buffer): (nums int32, mlist int64, offsetlist int32), new CPU
+    tensors."""
+    nums = nums_view.clone()
+    mlist = torch.empty(tot, dtype=torch.int64)
+    offsetlist = torch.empty(tot, dtype=torch.int32)
+    _linmeta.fill_conv_lists(nums, mlist, offsetlist)
+    return nums, mlist, offsetlist
+
+
+def _current_stream(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(idx)
+    return torch.cuda.current_stream(idx).cuda_stream
+
+
+# --------------------------------------------------------------------------------------------
+# One native builder shared by the builder objects (KV-cache groups) of an engine
+
+
+class _Step:
+    """What the first group's call of a step saw; later groups must see the same."""
+
+    __slots__ = (
+        "qsl_cpu",
+        "qsl",
+        "seq_lens",
+        "ub",
+        "is_prefilling",
+        "drafts",
+        "accepted",
+        "num_actual_tokens",
+        "num_reqs",
+        "capture",
+        "served",
+        "tables",
+        "conv",
+    )
+
+
+def _same_host(a, b) -> bool:
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+
+
+def _same_memory(a, b) -> bool:
+    """Device arrays: the same memory, shape and strides (their contents are not read)."""
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    return (
+        a.data_ptr() == b.data_ptr()
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.dtype == b.dtype
+        and a.device == b.device
+    )
+
+
+class _Engine:
+    """A native builder with one KV-cache group per registered builder object."""
+
+    def __init__(self, kind: str, config: dict, device: torch.device, cls):
+        self.kind = kind
+        self.config = dict(config)
+        self.device = device
+        self.cls = cls
+        self.token_capacity = config["max_num_batched_tokens"] or _DEFAULT_TOKEN_CAPACITY
+        self.grow = config["max_num_batched_tokens"] is None
+        self.slots: dict[int, weakref.ref] = {}
+        self.native = None
+        self.session = None
+        self.step: _Step | None = None
+        self.lock = threading.Lock()
+        self.as_int32 = _Int32Inputs()
+        self.mask_ring = None
+        if kind == "gdn" and config["num_spec"] > 0:
+            self.mask_ring = torch.zeros(
+                (_MASK_RING_SLOTS, config["max_num_seqs"]), dtype=torch.bool
+            )
+
+    # -- groups
+
+    def register(self, obj) -> int:
+        with self.lock:
+            slot = 0
+            while slot in self.slots and self.slots[slot]() is not None:
+                slot += 1
+            self.slots[slot] = weakref.ref(obj)
+            return slot
+
+    def alive(self) -> bool:
+        return any(r() is not None for r in list(self.slots.values()))
+
+    def _ensure_native(self, num_actual_tokens: int):
+        groups = max(self.slots) + 1 if self.slots else 1
+        need_tokens = self.token_capacity
+        if self.grow and num_actual_tokens > need_tokens:
+            while need_tokens < num_actual_tokens:
+                need_tokens *= 2
+        if (
+            self.native is not None
+            and self.native.num_groups >= groups
+            and need_tokens == self.token_capacity
+        ):
+            return
+        # A new native builder: new buffers (only before CUDA-graph capture in an engine:
+        # every builder object exists by then, and vLLM's config fixes the token capacity).
+        self.token_capacity = need_tokens
+        cls = _linmeta.KdaMetadataBuilder if self.kind == "kda" else _linmeta.GdnMetadataBuilder
+        cfg = dict(self.config, max_num_batched_tokens=need_tokens)
+        target = "cuda" if self.device.type == "cuda" else "host"
+        if target == "cuda":
+            with torch.cuda.device(self.device):
+                self.native = cls(**cfg, target=target, num_groups=groups, array_type="torch")
+        else:
+            self.native = cls(**cfg, target=target, num_groups=groups, array_type="torch")
+        session = _linmeta.VllmSession(self.native)
+        fields = [f.name for f in dataclasses.fields(self.cls)]
+        session.configure(fields, _defaults(self.cls), self.mask_ring)
+        self.session = session
+        self.step = None
+
+    # -- steps
+
+    def _matches(self, s: _Step, slot, m, qsl_cpu, ub, drafts, accepted, capture) -> bool:
+        return (
+            slot not in s.served
+            and s.capture == capture
+            and s.num_actual_tokens == m.num_actual_tokens
+            and s.num_reqs == m.num_reqs
+            and _same_host(s.qsl_cpu, qsl_cpu)
+            and _same_host(s.ub, ub)
+            and _same_host(s.is_prefilling, m.is_prefilling)
+            and _same_host(s.drafts, drafts)
+            and _same_memory(s.accepted, accepted)
+            and _same_memory(s.qsl, m.query_start_loc)
+            and _same_memory(s.seq_lens, m.seq_lens)
+        )
+
+    def run(self, slot, m, table, accepted, drafts, capture):
+        """(this group's field dict, the step entry)."""
+        qsl_cpu = m.query_start_loc_cpu
+        ub = _seq_lens_upper_bound(m)
+        s = self.step
+        if s is not None and slot not in s.served:
+            stream = _current_stream(self.device)
+            # The runner hands every group the same tensor objects: checked in C++.
+            d = self.session.step(
+                qsl_cpu,
+                m.seq_lens,
+                ub,
+                m.num_actual_tokens,
+                m.query_start_loc,
+                m.is_prefilling,
+                drafts,
+                accepted,
+                m.num_reqs,
+                stream,
+                table,
+                capture,
+                slot,
+            )
+            if d is not None:
+                s.served.add(slot)
+                s.tables[slot] = table  # what this group's buffers now hold (prefetch)
+                return d, s
+            # Other objects with equal host values and the same device memory: same step.
+            if self._matches(s, slot, m, qsl_cpu, ub, drafts, accepted, capture):
+                s.served.add(slot)
+                used = s.tables[slot] if slot < len(s.tables) else None
+                regather = not _same_memory(used, table)
+                s.tables[slot] = table
+                return self.session.serve(slot, table if regather else None, stream), s
+
+        self._ensure_native(m.num_actual_tokens)
+        groups = self.native.num_groups
+        tables = [table] * groups
+        if _PREFETCH_TABLES and s is not None:
+            for g in range(groups):
+                cand = s.tables[g] if g < len(s.tables) else None
+                if g != slot and cand is not None and cand.shape[0] >= m.num_reqs:
+                    tables[g] = cand
+        d = self.session.build(
+            qsl_cpu,
+            m.seq_lens,
+            ub,
+            m.num_actual_tokens,
+            m.query_start_loc,
+            m.is_prefilling,
+            drafts,
+            accepted,
+            m.num_reqs,
+            _current_stream(self.device),
+            tables,
+            capture,
+            slot,
+        )
+        n = _Step()
+        n.qsl_cpu, n.qsl, n.seq_lens, n.ub = qsl_cpu, m.query_start_loc, m.seq_lens, ub
+        n.is_prefilling, n.drafts, n.accepted = m.is_prefilling, drafts, accepted
+        n.num_actual_tokens, n.num_reqs, n.capture = m.num_actual_tokens, m.num_reqs, capture
+        n.served = {slot}
+        n.tables = tables
+        n.conv = None
+        self.step = n
+        return d, n
+
+    def regather(self, slot, metadata, table):
+        """`slot`'s field dict with its state indices re-gathered from `table`, when `metadata`
+        belongs to the last built step; None otherwise."""
+        s = self.step
+        if s is None or self.session is None or s.num_actual_tokens != metadata.num_actual_tokens:
+            return None
+        try:
+            return self.session.serve(slot, table, _current_stream(self.device))
+        except _linmeta.Error:
+            return None
+
+
+_ENGINES: dict[tuple, _Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def _engine(kind: str, config: dict, device: torch.device, cls) -> _Engine:
+    """The engine of every builder object with this configuration (one per KV-cache group).
+    Engines whose builder objects are all gone are dropped here."""
+    key = (kind, str(device), cls) + tuple(sorted(config.items()))
+    with _ENGINES_LOCK:
+        for k in [k for k, e in _ENGINES.items() if k != key and not e.alive()]:
+            del _ENGINES[k]
+        e = _ENGINES.get(key)
+        if e is None:
+            e = _ENGINES[key] = _Engine(kind, config, device, cls)
+        return e
+
+
+def _seq_lens_upper_bound(m):
+    ub = getattr(m, "seq_lens_cpu_upper_bound", None)
+    if ub is None:
+        ub = m.seq_lens_cpu  # older vLLM: the exact host copy
+    return ub
+
+
+# --------------------------------------------------------------------------------------------
+# The builders
+
+
+class GDNAttentionMetadataBuilder(_Base):
+    """vLLM's GDNAttentionMetadataBuilder, built by linmeta (see the module docstring)."""
+
+    _cudagraph_support = AttentionCGSupport.UNIFORM_BATCH
+    reorder_batch_threshold: int = 1
+    _kind = "gdn"
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.compilation_config = vllm_config.compilation_config
+        self.speculative_config = vllm_config.speculative_config
+        self.gdn_prefill_backend = _resolve_gdn_prefill_backend(vllm_config)
+        if self.speculative_config:
+            assert self.speculative_config.num_speculative_tokens is not None
+            self.num_spec: int = self.speculative_config.num_speculative_tokens
+        else:
+            self.num_spec = 0
+        self.use_spec_decode: bool = self.num_spec > 0
+        self._init_reorder_batch_threshold(1, self.use_spec_decode)
+        self.use_full_cuda_graph: bool = self.compilation_config.cudagraph_mode.has_full_cudagraphs()
+        self.supports_update_block_table = (
+            bool(getattr(vllm_config, "use_v2_model_runner", False))
+            and torch.device(device).type == "cuda"
+            and type(self) is GDNAttentionMetadataBuilder
+        )
+        if self.supports_update_block_table:
+            # vLLM's MRV2 fills this with the aligned state indices of every request.
+            self.mamba_aligned_state_indices: torch.Tensor | None = None
+        sched = vllm_config.scheduler_config
+        self.decode_cudagraph_max_bs: int = sched.max_num_seqs * (self.num_spec + 1)
+        if self.compilation_config.max_cudagraph_capture_size is not None:
+            self.decode_cudagraph_max_bs = min(
+                self.decode_cudagraph_max_bs, self.compilation_config.max_cudagraph_capture_size
+            )
+        self._mamba_cache_mode = vllm_config.cache_config.mamba_cache_mode
+        self._config = self._linmeta_config()
+        self._device = torch.device(device)
+        classes = metadata_classes()
+        self._classes = classes
+        self._make = _fast_constructor(classes[self._kind])
+        self._engine = _engine(self._kind, self._config, self._device, classes[self._kind])
+        self._slot = self._engine.register(self)
+        self._aligned_engine = None  # MRV2's precomputed aligned indices (made on first use)
+        self._aligned_slot = -1
+
+    # -- configuration
+
+    def _linmeta_config(self) -> dict:
+        vc, spec = self.vllm_config, self.kv_cache_spec
+        cc = self.compilation_config
+        cap = cc.max_cudagraph_capture_size
+        profile = {}
+        if _PROFILE == "vllm-0.34":
+            # 0.34: chunk metadata follows the prefill backend (none for FlashInfer, rule R4),
+            # and FlashInfer prefills may carry checkpoint blocks (rule R5).
+            profile = dict(
+                profile=_PROFILE,
+                prefill_backend=(
+                    "flashinfer" if self.gdn_prefill_backend == "flashinfer" else "triton"
+                ),
+                chunk_metadata=True,
+                num_prefill_checkpoint_blocks=int(
+                    getattr(spec, "num_prefill_checkpoint_blocks", 0) or 0
+                ),
+            )
+        elif _PROFILE:
+            profile = dict(profile=_PROFILE)
+        cfg = dict(
+            num_spec=self.num_spec,
+            max_num_seqs=int(vc.scheduler_config.max_num_seqs),
+            max_num_batched_tokens=getattr(vc.scheduler_config, "max_num_batched_tokens", None),
+            full_cuda_graph=bool(self.use_full_cuda_graph),
+            max_cudagraph_capture_size=None if cap is None else int(cap),
+            mamba_cache_mode=self._mamba_cache_mode,
+            block_size=int(spec.block_size),
+            num_speculative_blocks=int(getattr(spec, "num_speculative_blocks", 0) or 0),
+            chunk_metadata=self.gdn_prefill_backend in ("triton", "flashinfer"),
+            use_recoverssm=False,
+            num_prefill_checkpoint_blocks=0,
+        )
+        cfg.update(profile)
+        return cfg
+
+    def _aligned(self):
+        """The engine of MRV2's precomputed aligned state indices: they are the table,
+        gathered as is (mode "none")."""
+        if self._aligned_engine is None:
+            cfg = dict(self._config, mamba_cache_mode="none")
+            self._aligned_engine = _engine(self._kind, cfg, self._device, self._engine.cls)
+            self._aligned_slot = self._aligned_engine.register(self)
+        return self._aligned_engine, self._aligned_slot
+
+    # -- vLLM's interface
+
+    def build(
+        self,
+        common_prefix_len: int,
+        common_attn_metadata,
+        num_accepted_tokens: torch.Tensor | None = None,
+        num_decode_draft_tokens_cpu: torch.Tensor | None = None,
+        fast_build: bool = False,
+    ):
+        m = common_attn_metadata
+        aligned = getattr(self, "mamba_aligned_state_indices", None)
+        if aligned is None:
+            engine, slot, table = self._engine, self._slot, m.block_table_tensor
+        else:
+            (engine, slot), table = self._aligned(), aligned[: m.num_reqs]
+        accepted, drafts = num_accepted_tokens, num_decode_draft_tokens_cpu
+        if (accepted is not None and accepted.dtype is not torch.int32) or (
+            drafts is not None and drafts.dtype is not torch.int32
+        ):
+            accepted, drafts = engine.as_int32(accepted, drafts)
+        d, step = engine.run(slot, m, table, accepted, drafts, False)
+        accepted_dtype = torch.int32 if num_accepted_tokens is None else num_accepted_tokens.dtype
+        return self._assemble(d, step, m, accepted_dtype)
+
+    def build_for_cudagraph_capture(self, common_attn_metadata):
+        m = common_attn_metadata
+        assert (
+            m.num_reqs <= self.decode_cudagraph_max_bs
+            and m.num_actual_tokens <= self.decode_cudagraph_max_bs
+        ), (
+            f"GDN only supports decode-only full CUDAGraph capture. "
+            f"Make sure batch size ({m.num_reqs}) <= "
+            f"cudagraph capture sizes ({self.decode_cudagraph_max_bs}), "
+            f"and number of tokens ({m.num_actual_tokens}) <= "
+            f"cudagraph capture sizes ({self.decode_cudagraph_max_bs})."
+        )
+        aligned = getattr(self, "mamba_aligned_state_indices", None)
+        if aligned is None:
+            engine, slot, table = self._engine, self._slot, m.block_table_tensor
+        else:
+            (engine, slot), table = self._aligned(), aligned[: m.num_reqs]
+        # linmeta derives accepted = query lengths and drafts = query lengths - 1 itself.
+        d, step = engine.run(slot, m, table, None, None, True)
+        return self._assemble(d, step, m, torch.int32)
+
+    def update_block_table(self, metadata, blk_table: torch.Tensor, slot_mapping: torch.Tensor):
+        """Re-gathers this group's state indices from `blk_table` (align mode: from
+        mamba_aligned_state_indices) into this group's buffers; every batch-level field stays
+        `metadata`'s."""
+        engine, slot = self._engine, self._slot
+        if self._mamba_cache_mode == "align":
+            assert getattr(self, "mamba_aligned_state_indices", None) is not None
+            blk_table = self.mamba_aligned_state_indices
+            engine, slot = self._aligned()
+        d = engine.regather(slot, metadata, blk_table)
+        if d is None:
+            raise _linmeta.Error(
+                "linmeta: update_block_table takes metadata of the step this engine built last"
+            )
+        return dataclasses.replace(
+            metadata,
+            spec_state_indices_tensor=d["spec_state_indices_tensor"],
+            non_spec_state_indices_tensor=d["non_spec_state_indices_tensor"],
+            prefill_state_indices=d["prefill_state_indices"],
+        )
+
+    # -- the outputs
+
+    def _staged_spec(self, d, m) -> bool:
+        n = d["num_spec_decodes"]
+        return (
+            self.use_full_cuda_graph
+            and n > 0
+            and d["num_prefills"] == 0
+            and d["num_decodes"] == 0
+            and n <= self.decode_cudagraph_max_bs
+            and d["num_spec_decode_tokens"] <= self.decode_cudagraph_max_bs
+        )
+
+    def _conv(self, d, step):
+        """vLLM's nums_dict / batch_ptr / token_chunk_offset_ptr from linmeta's conv1d fields."""
+        tot, nums_view, batch_ptr, offset_ptr = d.pop("_conv")
+        if step.conv is None:
+            step.conv = _conv_host_lists(nums_view, tot)
+        nums, mlist, offsetlist = step.conv
+        d["nums_dict"] = {
+            _CONV_BLOCK: {
+                "nums": nums,
+                "tot": tot,
+                "mlist": mlist,
+                "mlist_len": tot,
+                "offsetlist": offsetlist,
+                "batch_ptr": batch_ptr,
+                "token_chunk_offset_ptr": offset_ptr,
+            }
+        }
+        d["batch_ptr"] = batch_ptr
+        d["token_chunk_offset_ptr"] = offset_ptr
+
+    def _checkpoints(self, d):
+        """vLLM 0.34's GDN prefill checkpoint objects (profile vllm-0.34, align mode), when the
+        dataclass has the fields. The host lists (offsets, query_lens) and the regather
+        indices (request_rows, block_cols) of MambaPrefillCheckpointMetadata are not filled:
+        linmeta's update_block_table re-gathers the checkpoint state indices itself."""
+        ckpt = d.pop("_checkpoint", None)
+        plan = d.pop("_flashinfer_checkpoint_plan", None)
+        classes = self._classes
+        if ckpt is not None and "checkpoint" in d and "gdn_checkpoint" in classes:
+            d["checkpoint"] = classes["gdn_checkpoint"](
+                checkpoint_offsets=ckpt[0], state_indices=ckpt[1]
+            )
+        if plan is not None and "flashinfer_checkpoint_plan" in d and "fi_plan" in classes:
+            d["flashinfer_checkpoint_plan"] = classes["fi_plan"](
+                every_n_tokens=plan[0], num_checkpoints=plan[1], cu_starts=plan[2], rows=plan[3]
+            )
+
+    def _assemble(self, d, step, m, accepted_dtype):
+        if accepted_dtype is not torch.int32:
+            _accepted_dtype(d, accepted_dtype, self._staged_spec(d, m))
+        if "_conv" in d:
+            self._conv(d, step)
+        self._checkpoints(d)
+        if self.gdn_prefill_backend == "cutedsl" and d["num_prefills"] > 0:
+            d["chunk_indices"], d["chunk_offsets"] = _cutedsl_chunk_metadata(
+                d["prefill_query_start_loc"], d["num_prefill_tokens"]
+            )
+        return self._make(d)
+
+
+class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
+    """The Kimi-K3 KDA builder (RecoverSSM, prefill checkpoints), built by linmeta."""
+
+    _kind = "kda"
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device) -> None:
+        self.use_recoverssm = bool(vllm_config.cache_config.use_kda_recoverssm)
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.spec_state_slots = 1 if self.use_recoverssm else self.num_spec + 1
+        self.recoverssm_context = None
+
+    def _linmeta_config(self) -> dict:
+        cfg = super()._linmeta_config()
+        cfg.pop("prefill_backend", None)  # KDA: the native default (FlashKDA)
+        cfg.update(
+            chunk_metadata=False,
+            use_recoverssm=self.use_recoverssm,
+            num_prefill_checkpoint_blocks=int(
+                getattr(self.kv_cache_spec, "num_prefill_checkpoint_blocks", 0) or 0
+            ),
+        )
+        return cfg
+
+    def _get_recoverssm_context(self):
+        """As the reference builder: the RecoverSSM commit context over this group's layers
+        (needs vLLM's Kimi-K3 ops module; None without it)."""
+        context = self.recoverssm_context
+        if context is not None:
+            return context
+        try:
+            from vllm.models.kimi_k3.nvidia.ops.recoverssm import KDARecoverSSMCommitContext
+        except Exception:  # noqa: BLE001 - no Kimi-K3 ops in this vLLM (or no vLLM)
+            return None
+        forward_context = self.vllm_config.compilation_config.static_forward_context
+        layers = [forward_context[name] for name in self.layer_names]
+        context = KDARecoverSSMCommitContext.create(
+            layers,
+            spec_query_len=1 + self.vllm_config.num_speculative_tokens,
+            max_num_reqs=self.vllm_config.scheduler_config.max_num_seqs,
+        )
+        self.recoverssm_context = context
+        return context
+
+    def _staged_spec(self, d, m) -> bool:
+        n = d["num_spec_decodes"]
+        rows = self.vllm_config.scheduler_config.max_num_seqs if self.use_recoverssm else None
+        capacity = rows if rows is not None else self.decode_cudagraph_max_bs
+        return (
+            self.use_full_cuda_graph
+            and n > 0
+            and d["num_prefills"] == 0
+            and d["num_decodes"] == 0
+            and m.num_reqs <= capacity
+            and d["num_spec_decode_tokens"] <= self.decode_cudagraph_max_bs
+        )
+
+    def _assemble(self, d, step, m, accepted_dtype):
+        if accepted_dtype is not torch.int32:
+            _accepted_dtype(d, accepted_dtype, self.use_recoverssm or self._staged_spec(d, m))
+        if "_conv" in d:
+            self._conv(d, step)
+        classes = self._classes
+        commit = d.pop("_commit", None)
+        if commit is not None:
+            _, _, request_indices, align = commit
+            align_md = None
+            if align is not None:
+                align_md = classes["align"](
+                    block_table=m.block_table_tensor,
+                    num_computed_tokens=align[0],
+                    block_size=align[1],
+                )
+            # The reference hands the spec fields themselves to the commit metadata.
+            d["recoverssm_commit"] = classes["commit"](
+                state_indices=d["spec_state_indices_tensor"],
+                query_start_loc=d["spec_query_start_loc"],
+                request_indices=request_indices,
+                align=align_md,
+            )
+            d["recoverssm_context"] = self._get_recoverssm_context()
+        ckpt = d.pop("_checkpoint", None)
+        if ckpt is not None:
+            d["checkpoint"] = classes["checkpoint"](
+                checkpoint_offsets=ckpt[0], state_indices=ckpt[1]
+            )
+        return self._make(d)
+
+    def update_block_table(self, metadata, blk_table, slot_mapping):
+        """Re-gathers every state-index field of this group (spec / non-spec / prefill state
+        indices, the RecoverSSM commit's and the checkpoints'), keeping the batch-level ones."""
+        d = self._engine.regather(self._slot, metadata, blk_table)
+        if d is None:
+            raise _linmeta.Error(
+                "linmeta: update_block_table takes metadata of the step this engine built last"
+            )
+        changes = dict(
+            spec_state_indices_tensor=d["spec_state_indices_tensor"],
+            non_spec_state_indices_tensor=d["non_spec_state_indices_tensor"],
+        )
+        if metadata.recoverssm_commit is not None:
+            align = metadata.recoverssm_commit.align
+            if align is not None:
+                align = dataclasses.replace(align, block_table=blk_table)
+            changes["recoverssm_commit"] = dataclasses.replace(
+                metadata.recoverssm_commit,
+                state_indices=d["spec_state_indices_tensor"],
+                align=align,
+            )
+        ckpt = d.get("_checkpoint")
+        if metadata.checkpoint is not None and ckpt is not None:
+            changes["checkpoint"] = dataclasses.replace(metadata.checkpoint, state_indices=ckpt[1])
+        return dataclasses.replace(metadata, **changes)
+
+
+def _resolve_gdn_prefill_backend(vllm_config) -> str:
+    """vLLM's GDN prefill backend ("triton", "flashinfer" or "cutedsl"); "triton" when vLLM's
+    resolver is not importable (CPU, no vLLM)."""
+    try:
+        from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import (
+            _resolve_gdn_prefill_backend as resolve,
+        )
+    except Exception:  # noqa: BLE001
+        return "triton"
+    return resolve(vllm_config)[1]
+
+
+def _cutedsl_chunk_metadata(prefill_query_start_loc, total_tokens):
+    """The cutedsl prefill backend's chunk metadata, from vLLM's own helper."""
+    from vllm.model_executor.layers.mamba.ops.gdn_chunk_cutedsl import prepare_metadata_cutedsl
+
+    return prepare_metadata_cutedsl(prefill_query_start_loc, int(total_tokens), _FLA_CHUNK_SIZE)

@@ -1,0 +1,53 @@
+"""vLLM general plugin: with LINMETA_VLLM=1, vLLM's GDN and Kimi-K3 KDA attention backends
+build their metadata with linmeta (linmeta.vllm's drop-in builder classes).
+
+Registered as the ``vllm.general_plugins`` entry point ``linmeta`` (pyproject.toml). vLLM
+calls ``register()`` in every process it starts (engine core, workers); without
+LINMETA_VLLM=1 it does nothing and imports nothing. docs/vllm.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+logger = logging.getLogger("linmeta.vllm")
+
+#: (module, backend class, linmeta.vllm builder class) swapped when present.
+BACKENDS = (
+    ("vllm.v1.attention.backends.gdn_attn", "GDNAttentionBackend", "GDNAttentionMetadataBuilder"),
+    (
+        "vllm.models.kimi_k3.nvidia.kda_metadata",
+        "KimiK3KDAAttentionBackend",
+        "KimiK3KDAMetadataBuilder",
+    ),
+)
+
+
+def enabled() -> bool:
+    return os.environ.get("LINMETA_VLLM", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def register() -> list[str]:
+    """Swaps the backends' get_builder_cls() for linmeta's builders when LINMETA_VLLM=1.
+    Returns the names of the backends swapped (empty when disabled)."""
+    if not enabled():
+        return []
+    import importlib
+
+    from . import vllm as lv  # after vLLM is importable: subclasses vLLM's base builder
+
+    swapped = []
+    for module_name, backend_name, builder_name in BACKENDS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue  # e.g. a vLLM without Kimi-K3
+        backend = getattr(module, backend_name, None)
+        if backend is None:
+            continue
+        builder = getattr(lv, builder_name)
+        backend.get_builder_cls = staticmethod(lambda builder=builder: builder)
+        swapped.append(backend_name)
+    logger.info("linmeta: metadata builders of %s are linmeta's", ", ".join(swapped) or "nothing")
+    return swapped

@@ -1,0 +1,68 @@
+// The inputs of one step from Python: the builder object, the step's arguments and their
+// import (no copies) into a linmeta::Step, shared by the builder methods (module.cpp) and the
+// vLLM session (vllm_session.cpp).
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <deque>
+#include <vector>
+
+#include "arrays.hpp"
+#include "linmeta/linmeta.hpp"
+
+namespace linmeta::py {
+
+namespace nb = nanobind;
+
+struct PyBuilder {
+  PyBuilder(BuilderKind kind, const Config& config, const BuilderOptions& options, int32_t device,
+            ArrayType type)
+      : builder(kind, config, options), device_id(device), array_type(type) {}
+
+  MetadataBuilder builder;
+  int32_t device_id;  ///< cuda target: the device holding the buffers
+  ArrayType array_type;
+
+  [[nodiscard]] TargetMemory memory() const { return {builder.target(), device_id}; }
+};
+
+struct PyGdnBuilder : PyBuilder {
+  using PyBuilder::PyBuilder;
+};
+struct PyKdaBuilder : PyBuilder {
+  using PyBuilder::PyBuilder;
+};
+
+/// The Python arguments of one step.
+struct StepArgs {
+  nb::handle query_start_loc_cpu, seq_lens, seq_lens_cpu_upper_bound, num_actual_tokens;
+  nb::handle query_start_loc, is_prefilling, num_decode_draft_tokens_cpu, num_accepted_tokens,
+      num_reqs;
+  nb::handle stream;
+};
+
+/// A step ready for the C++ builder; holds the imported arrays alive.
+struct PreparedStep {
+  Step step;
+  std::deque<ImportedArray> arrays;  // stable addresses while more are added
+  std::vector<BlockTable> tables;
+  std::vector<nb::object> table_objects;
+  Stream stream = nullptr;
+};
+
+/// `stream`: None, an int cudaStream_t handle (0 = legacy default stream) or an
+/// object with a `cuda_stream` attribute (torch.cuda.Stream).
+Stream parse_stream(nb::handle s);
+
+/// A Python int as int32 (TypeError for non-ints, linmeta.Error when out of range).
+int32_t to_int32(nb::handle v, const char* name);
+
+/// Imports block table `obj` (device memory, 2-D int32, at least num_reqs rows) into `p`.
+BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32_t num_reqs,
+                        const TargetMemory& mem);
+
+/// Imports and checks every step input (no copies; nothing is written).
+void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a);
+
+}  // namespace linmeta::py

@@ -1,0 +1,458 @@
+#include "vllm_session.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "linmeta/outputs.hpp"
+#include "metadata.hpp"
+#include "step_inputs.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace linmeta::py {
+
+namespace {
+
+
+/// Views of a builder's buffers, made once per (address, shape, dtype, memory) and handed out
+/// again on every later step with the same shape. A view with fewer rows than one made
+/// before at the same address is sliced from it (no DLPack export).
+class ViewCache {
+ public:
+  ViewCache(nb::object owner, int32_t device_id, ArrayType type)
+      : owner_(std::move(owner)), device_id_(device_id), type_(type) {}
+
+  nb::object get(const Array& a, bool device, int64_t rows = -1) {
+    if (!a.present) return nb::none();
+    const Key key{reinterpret_cast<uintptr_t>(a.data),
+                  rows >= 0 ? rows : a.rows,
+                  a.cols,
+                  a.ndim,
+                  a.dtype,
+                  device};
+    if (auto it = exact_.find(key); it != exact_.end()) return it->second;
+    if (exact_.size() >= kMaxExact) exact_.clear();
+    Key base_key = key;
+    base_key.rows = 0;
+    nb::object view;
+    auto base = bases_.find(base_key);
+    if (base != bases_.end() && base->second.rows >= key.rows && type_ != ArrayType::DLPack) {
+      nb::object sl = nb::steal(PySlice_New(nb::int_(0).ptr(), nb::int_(key.rows).ptr(), nullptr));
+      PyObject* r = PyObject_GetItem(base->second.view.ptr(), sl.ptr());
+      if (r == nullptr) throw nb::python_error();
+      view = nb::steal(r);
+    } else {
+      view = export_array(a.data, a.ndim, key.rows, a.cols, dlpack_dtype(a.dtype),
+                          device ? kDLCUDA : kDLCPU, device ? device_id_ : 0, owner_, type_);
+      bases_[base_key] = Base{key.rows, view};
+    }
+    exact_.emplace(key, view);
+    return view;
+  }
+
+  [[nodiscard]] size_t size() const { return exact_.size(); }
+  void clear() {
+    exact_.clear();
+    bases_.clear();
+  }
+
+ private:
+  struct Key {
+    uintptr_t ptr;
+    int64_t rows;
+    int32_t cols;
+    int32_t ndim;
+    DType dtype;
+    bool device;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      size_t h = std::hash<uintptr_t>{}(k.ptr);
+      h ^= std::hash<int64_t>{}(k.rows) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+      h ^= static_cast<size_t>(k.cols) * 31 + static_cast<size_t>(k.ndim) * 7 +
+           static_cast<size_t>(k.dtype) * 3 + (k.device ? 5 : 0);
+      return h;
+    }
+  };
+  struct Base {
+    int64_t rows;
+    nb::object view;
+  };
+  static constexpr size_t kMaxExact = 4096;
+
+  nb::object owner_;
+  int32_t device_id_;
+  ArrayType type_;
+  std::unordered_map<Key, nb::object, KeyHash> exact_;
+  std::unordered_map<Key, Base, KeyHash> bases_;
+};
+
+/// One builder's step state for the vLLM adapter: build every group once per step, then serve
+/// each group's fields (re-gathering its state indices when its table differs).
+///
+/// Fields are returned as a new dict per call, keyed by vLLM's field names, starting from a copy
+/// of the dataclass defaults, so that the adapter can install it as the instance __dict__. Which
+/// fields: the scalars (kScalarFields) and the top-level rows of the output table
+/// (linmeta/outputs.hpp) that the dataclass has, plus the composites under private keys that
+/// the adapter turns into vLLM's objects:
+///   "_conv"        (tot, nums host view, batch_ptr, token_chunk_offset_ptr)
+///   "_commit"      (state_indices, query_start_loc, request_indices, align or None)
+///   "_checkpoint"  (checkpoint_offsets, state_indices)
+///   "_flashinfer_checkpoint_plan"  (every_n_tokens, num_checkpoints, cu_starts, rows)
+/// and "spec_sequence_masks_cpu" from the host mask ring when one is configured.
+class VllmSession {
+ public:
+  explicit VllmSession(nb::handle builder)
+      : builder_obj_(nb::borrow(builder)),
+        b_(nb::inst_ptr<PyBuilder>(builder)),
+        cache_(nb::borrow(builder), b_->device_id, b_->array_type) {}
+
+  /// fields: the dataclass's field names (an iterable of str); defaults: the dict every result
+  /// starts from; mask_ring: None or a contiguous host torch.bool tensor [slots, >=
+  /// max_num_seqs] that receives the host spec mask of each step (a new row per step,
+  /// cycling), returned as spec_sequence_masks_cpu when the step has spec decodes.
+  void configure(nb::handle fields, nb::dict defaults, nb::object mask_ring) {
+    nb::set wanted;
+    for (nb::handle f : fields) wanted.add(f);
+    auto key = [&](const char* name) -> nb::object {
+      nb::str k(name);
+      return wanted.contains(k) ? nb::object(k) : nb::object();
+    };
+    for (size_t i = 0; i < kScalarFields.size(); ++i) scalar_keys_[i] = key(kScalarFields[i].name);
+    for (const OutputSpec& spec : kOutputs) {
+      nb::object& k = output_keys_[static_cast<size_t>(spec.id)];
+      k = nb::object();
+      // Nested rows come in their composites; the conv1d pointers with vLLM's program count.
+      const bool composite = std::strchr(spec.name, '.') != nullptr || spec.id == Out::BatchPtr ||
+                             spec.id == Out::TokenChunkOffsetPtr;
+      if (spec.is_output() && !composite) k = key(spec.name);
+    }
+    masks_key_ = key("spec_sequence_masks_cpu");
+    defaults_ = std::move(defaults);
+    ring_ = std::move(mask_ring);
+    ring_views_.clear();
+    ring_data_ = nullptr;
+    if (!ring_.is_none()) {
+      ImportedArray r = import_array(ring_, "mask_ring", nullptr);
+      if (r.ndim != 2 || r.dtype.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Bool) ||
+          r.device_type != kDLCPU || r.strides[1] != 1)
+        raise_error("VllmSession.configure: mask_ring must be a contiguous 2-D host bool array");
+      ring_data_ = static_cast<bool*>(const_cast<void*>(r.data));
+      ring_slots_ = static_cast<int32_t>(r.shape[0]);
+      ring_width_ = r.shape[1];
+      ring_stride_ = r.strides[0];
+    }
+  }
+
+  /// Plans the step once, finishes every group from `tables` (one per group) and returns
+  /// group `group`'s fields.
+  nb::object build(const StepArgs& a, nb::handle tables, bool capture, int32_t group) {
+    PreparedStep p;
+    prepare(p, *b_, a);
+    if (!PyTuple_Check(tables.ptr()) && !PyList_Check(tables.ptr()))
+      throw nb::type_error("linmeta: tables must be a tuple or list of block tables");
+    const auto G = static_cast<size_t>(PySequence_Fast_GET_SIZE(tables.ptr()));
+    PyObject** items = PySequence_Fast_ITEMS(tables.ptr());
+    for (size_t g = 0; g < G; ++g)
+      p.tables.push_back(
+          import_table(p, nb::handle(items[g]), "block_table", p.step.num_reqs, b_->memory()));
+    if (!p.tables.empty()) p.step.block_table = p.tables[0];
+    built_ = false;
+    std::span<const Metadata> ms =
+        capture ? b_->builder.build_groups_for_cudagraph_capture(p.step, p.tables, p.stream)
+                : b_->builder.build_groups(p.step, p.tables, p.stream);
+    mds_.assign(ms.begin(), ms.end());
+    num_reqs_ = p.step.num_reqs;
+    built_ = true;
+    remember(a, p, tables, capture, group);
+    masks_ = nb::none();
+    if (ring_data_ != nullptr && !mds_.empty() && mds_[0].num_spec_decodes > 0)
+      masks_ = host_masks(p.step, capture);
+    return fields(group);
+  }
+
+  /// Group `group`'s fields of the last build; with a table, its state indices are first
+  /// re-gathered from that table (update_block_table). Marks the group served.
+  nb::object serve(int32_t group, nb::handle table, nb::handle stream) {
+    check_group(group);
+    if (table.is_valid() && !table.is_none()) regather(group, table, stream);
+    served_ |= uint64_t{1} << group;
+    return fields(group);
+  }
+
+  /// The served-group fast path: when this call passes the very objects of the last build
+  /// (identity; counts equal) and `group` was not served yet in this step, serves it —
+  /// re-gathering its state indices unless the build already used this table — and returns
+  /// its fields. Otherwise returns None (the caller decides: equal values or a new step).
+  nb::object step(const StepArgs& a, nb::handle table, bool capture, int32_t group) {
+    if (!built_ || group < 0 || static_cast<size_t>(group) >= mds_.size() ||
+        (served_ >> group & 1) != 0 || capture != capture_)
+      return nb::none();
+    const nb::handle in[kInputs] = {
+        a.query_start_loc_cpu, a.seq_lens,      a.seq_lens_cpu_upper_bound,
+        a.query_start_loc,     a.is_prefilling, a.num_decode_draft_tokens_cpu,
+        a.num_accepted_tokens};
+    for (int32_t i = 0; i < kInputs; ++i)
+      if (!in[i].is(inputs_[static_cast<size_t>(i)])) return nb::none();
+    if (to_int32(a.num_actual_tokens, "num_actual_tokens") != num_actual_tokens_ ||
+        to_int32(a.num_reqs, "num_reqs") != num_reqs_)
+      return nb::none();
+    const auto g = static_cast<size_t>(group);
+    if (!table.is(table_objs_[g])) {
+      PreparedStep p;
+      const BlockTable t = import_table(p, table, "block_table", num_reqs_, b_->memory());
+      if (t.data != used_[g].data || t.row_stride != used_[g].row_stride ||
+          t.width != used_[g].width)
+        regather(group, table, a.stream);
+    }
+    served_ |= uint64_t{1} << group;
+    return fields(group);
+  }
+
+  [[nodiscard]] size_t cached_views() const { return cache_.size(); }
+
+ private:
+  void check_group(int32_t group) const {
+    if (!built_) raise_error("VllmSession: no step built yet");
+    if (group < 0 || static_cast<size_t>(group) >= mds_.size())
+      raise_error("VllmSession: group " + std::to_string(group) + " is outside [0, " +
+                  std::to_string(mds_.size()) + ")");
+  }
+
+  static constexpr int32_t kInputs = 7;
+
+  void regather(int32_t group, nb::handle table, nb::handle stream) {
+    PreparedStep p;
+    p.stream = b_->builder.target() == Target::Cuda ? parse_stream(stream) : nullptr;
+    const auto g = static_cast<size_t>(group);
+    const BlockTable t = import_table(p, table, "block_table", num_reqs_, b_->memory());
+    mds_[g] = b_->builder.update_block_table(mds_[g], t, group, p.stream);
+    used_[g] = t;
+    table_objs_[g] = nb::borrow(table);
+  }
+
+  /// What identifies the step just built (the step() fast path compares these objects).
+  void remember(const StepArgs& a, const PreparedStep& p, nb::handle tables, bool capture,
+                int32_t group) {
+    const nb::handle in[kInputs] = {
+        a.query_start_loc_cpu, a.seq_lens,      a.seq_lens_cpu_upper_bound,
+        a.query_start_loc,     a.is_prefilling, a.num_decode_draft_tokens_cpu,
+        a.num_accepted_tokens};
+    for (int32_t i = 0; i < kInputs; ++i)
+      inputs_[static_cast<size_t>(i)] = in[i].is_valid() ? nb::borrow(in[i]) : nb::none();
+    num_actual_tokens_ = p.step.num_actual_tokens;
+    capture_ = capture;
+    used_ = p.tables;
+    table_objs_.assign(used_.size(), nb::object());
+    PyObject** items = PySequence_Fast_ITEMS(tables.ptr());
+    for (size_t g = 0; g < used_.size(); ++g) table_objs_[g] = nb::borrow(items[g]);
+    served_ = group >= 0 && group < 64 ? uint64_t{1} << group : 0;
+  }
+
+  /// The step's host spec mask in the next ring row, as a cached view of that row.
+  nb::object host_masks(const Step& s, bool capture) {
+    const int32_t n = s.num_reqs;
+    if (n > ring_width_) raise_error("VllmSession: mask_ring is narrower than num_reqs");
+    const int32_t slot = ring_next_;
+    ring_next_ = (ring_next_ + 1) % ring_slots_;
+    bool* row = ring_data_ + static_cast<int64_t>(slot) * ring_stride_;
+    const int32_t* q = s.query_start_loc_cpu.data();
+    if (!capture && !s.num_decode_draft_tokens.empty()) {
+      const int32_t* d = s.num_decode_draft_tokens.data();
+      for (int32_t r = 0; r < n; ++r) row[r] = d[r] >= 0;
+    } else {  // capture build: drafts = query lengths - 1
+      for (int32_t r = 0; r < n; ++r) row[r] = q[r + 1] - q[r] >= 1;
+    }
+    const int64_t key = static_cast<int64_t>(slot) << 32 | static_cast<uint32_t>(n);
+    if (auto it = ring_views_.find(key); it != ring_views_.end()) return it->second;
+    nb::object idx =
+        nb::make_tuple(slot, nb::steal(PySlice_New(nb::int_(0).ptr(), nb::int_(n).ptr(), nullptr)));
+    PyObject* v = PyObject_GetItem(ring_.ptr(), idx.ptr());
+    if (v == nullptr) throw nb::python_error();
+    nb::object view = nb::steal(v);
+    ring_views_.emplace(key, view);
+    return view;
+  }
+
+  nb::object fields(int32_t group) {
+    check_group(group);
+    Metadata& m = mds_[static_cast<size_t>(group)];
+    const bool dev = m.target == Target::Cuda;
+    nb::object out = nb::steal(defaults_.is_valid() ? PyDict_Copy(defaults_.ptr()) : PyDict_New());
+    if (!out.is_valid()) throw nb::python_error();
+    auto put = [&](const nb::object& key, const nb::object& v) {
+      if (key.is_valid() && PyDict_SetItem(out.ptr(), key.ptr(), v.ptr()) != 0)
+        throw nb::python_error();
+    };
+    auto put_private = [&](const char* key, const nb::object& v) {
+      if (PyDict_SetItemString(out.ptr(), key, v.ptr()) != 0) throw nb::python_error();
+    };
+    for (size_t i = 0; i < kScalarFields.size(); ++i) put(scalar_keys_[i], kScalarFields[i].get(m));
+    for (const OutputSpec& spec : kOutputs) {
+      const nb::object& key = output_keys_[static_cast<size_t>(spec.id)];
+      if (!key.is_valid()) continue;
+      const Array* a = spec.field(m);
+      put(key, a == nullptr ? nb::none() : cache_.get(*a, dev));
+    }
+    if (m.conv1d) {
+      const Conv1dMetadata& cv = *m.conv1d;
+      // vLLM's compute_causal_conv1d_metadata allocates 2 * max(1024, tot) programs.
+      const int64_t programs = 2 * std::max<int64_t>(1024, cv.tot);
+      if (programs > cv.batch_ptr.rows)
+        raise_error("conv1d program capacity " + std::to_string(cv.batch_ptr.rows) +
+                    " is below vLLM's 2 * max(1024, tot) = " + std::to_string(programs));
+      put_private("_conv", nb::make_tuple(cv.tot, cache_.get(cv.nums, false),
+                                          cache_.get(cv.batch_ptr, dev, programs),
+                                          cache_.get(cv.token_chunk_offset_ptr, dev, programs)));
+    }
+    if (m.recoverssm_commit) {
+      const RecoverSsmCommit& rc = *m.recoverssm_commit;
+      nb::object align = nb::none();
+      if (rc.align)
+        align =
+            nb::make_tuple(cache_.get(rc.align->num_computed_tokens, dev), rc.align->block_size);
+      put_private("_commit", nb::make_tuple(cache_.get(rc.state_indices, dev),
+                                            cache_.get(rc.query_start_loc, dev),
+                                            cache_.get(rc.request_indices, dev), align));
+    }
+    if (m.checkpoint)
+      put_private("_checkpoint", nb::make_tuple(cache_.get(m.checkpoint->checkpoint_offsets, dev),
+                                                cache_.get(m.checkpoint->state_indices, dev)));
+    if (m.flashinfer_checkpoint_plan) {
+      const FlashInferCheckpointPlan& fp = *m.flashinfer_checkpoint_plan;
+      put_private("_flashinfer_checkpoint_plan",
+                  nb::make_tuple(fp.every_n_tokens, fp.num_checkpoints,
+                                 cache_.get(fp.cu_starts, dev), cache_.get(fp.rows, dev)));
+    }
+    if (!masks_.is_none()) put(masks_key_, masks_);
+    return out;
+  }
+
+  nb::object builder_obj_;  ///< keeps the builder (and its buffers) alive
+  PyBuilder* b_;
+  ViewCache cache_;
+  std::vector<Metadata> mds_;
+  int32_t num_reqs_ = 0;
+  bool built_ = false;
+  std::array<nb::object, kScalarFields.size()> scalar_keys_{};  ///< invalid: not returned
+  std::array<nb::object, kNumOutputs> output_keys_{};           ///< invalid: not returned
+  nb::object masks_key_;
+  nb::object defaults_;
+  nb::object ring_ = nb::none();
+  bool* ring_data_ = nullptr;
+  int32_t ring_slots_ = 0;
+  int32_t ring_next_ = 0;
+  int64_t ring_width_ = 0;
+  int64_t ring_stride_ = 0;
+  std::unordered_map<int64_t, nb::object> ring_views_;
+  nb::object masks_ = nb::none();
+  std::array<nb::object, kInputs> inputs_{};
+  int32_t num_actual_tokens_ = 0;
+  bool capture_ = false;
+  uint64_t served_ = 0;
+  std::vector<BlockTable> used_;
+  std::vector<nb::object> table_objs_;
+};
+
+/// vLLM's causal-conv1d host lists from the programs per sequence: mlist[p] = sequence of
+/// program p (int64), offsetlist[p] = its chunk within the sequence (int32); host arrays of
+/// sum(nums) entries, written in place.
+void fill_conv_lists(nb::handle nums_obj, nb::handle mlist_obj, nb::handle offsets_obj) {
+  const ImportedArray nums = import_array(nums_obj, "nums", nullptr);
+  const ImportedArray mlist = import_array(mlist_obj, "mlist", nullptr);
+  const ImportedArray offsets = import_array(offsets_obj, "offsetlist", nullptr);
+  auto host_1d = [](const ImportedArray& a, const char* name, uint8_t bits) {
+    if (!a.present || a.ndim != 1 || a.device_type != kDLCPU ||
+        a.dtype.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Int) || a.dtype.bits != bits ||
+        (a.shape[0] > 1 && a.strides[0] != 1))
+      raise_error(std::string("fill_conv_lists: ") + name + " must be a contiguous 1-D host int" +
+                  std::to_string(bits) + " array");
+  };
+  host_1d(nums, "nums", 32);
+  host_1d(mlist, "mlist", 64);
+  host_1d(offsets, "offsetlist", 32);
+  const auto* n = static_cast<const int32_t*>(nums.data);
+  int64_t tot = 0;
+  for (int64_t i = 0; i < nums.shape[0]; ++i) tot += std::max(n[i], 0);
+  if (mlist.shape[0] != tot || offsets.shape[0] != tot)
+    raise_error("fill_conv_lists: mlist and offsetlist need sum(nums) = " + std::to_string(tot) +
+                " entries");
+  auto* ml = static_cast<int64_t*>(const_cast<void*>(mlist.data));
+  auto* off = static_cast<int32_t*>(const_cast<void*>(offsets.data));
+  int64_t p = 0;
+  for (int64_t i = 0; i < nums.shape[0]; ++i)
+    for (int32_t c = 0; c < n[i]; ++c, ++p) {
+      ml[p] = i;
+      off[p] = c;
+    }
+}
+
+}  // namespace
+
+void bind_vllm_session(nb::module_& m) {
+  m.def("fill_conv_lists", &fill_conv_lists, "nums"_a, "mlist"_a, "offsetlist"_a,
+        "vLLM's causal-conv1d host lists (mlist int64, offsetlist int32) from the programs per "
+        "sequence, written into the given host arrays of sum(nums) entries.");
+  nb::class_<VllmSession>(
+      m, "VllmSession",
+      "Fast path of linmeta.vllm (internal): builds a step for every KV-cache group of a builder "
+      "and serves each group's fields as a tuple of cached views of the persistent buffers.")
+      .def(nb::init<nb::handle>(), "builder"_a)
+      .def(
+          "build",
+          [](VllmSession& s, nb::handle qsl_cpu, nb::handle seq_lens, nb::handle ub,
+             nb::handle num_actual_tokens, nb::handle qsl, nb::handle is_prefilling,
+             nb::handle drafts, nb::handle accepted, nb::handle num_reqs, nb::handle stream,
+             nb::handle tables, bool capture, int32_t group) {
+            StepArgs a;
+            a.query_start_loc_cpu = qsl_cpu;
+            a.seq_lens = seq_lens;
+            a.seq_lens_cpu_upper_bound = ub;
+            a.num_actual_tokens = num_actual_tokens;
+            a.query_start_loc = qsl;
+            a.is_prefilling = is_prefilling;
+            a.num_decode_draft_tokens_cpu = drafts;
+            a.num_accepted_tokens = accepted;
+            a.num_reqs = num_reqs;
+            a.stream = stream;
+            return s.build(a, tables, capture, group);
+          },
+          "query_start_loc_cpu"_a.none(), "seq_lens"_a.none(), "seq_lens_cpu_upper_bound"_a.none(),
+          "num_actual_tokens"_a, "query_start_loc"_a.none(), "is_prefilling"_a.none(),
+          "num_decode_draft_tokens_cpu"_a.none(), "num_accepted_tokens"_a.none(),
+          "num_reqs"_a.none(), "stream"_a.none(), "tables"_a, "capture"_a, "group"_a)
+      .def(
+          "step",
+          [](VllmSession& s, nb::handle qsl_cpu, nb::handle seq_lens, nb::handle ub,
+             nb::handle num_actual_tokens, nb::handle qsl, nb::handle is_prefilling,
+             nb::handle drafts, nb::handle accepted, nb::handle num_reqs, nb::handle stream,
+             nb::handle table, bool capture, int32_t group) {
+            StepArgs a;
+            a.query_start_loc_cpu = qsl_cpu;
+            a.seq_lens = seq_lens;
+            a.seq_lens_cpu_upper_bound = ub;
+            a.num_actual_tokens = num_actual_tokens;
+            a.query_start_loc = qsl;
+            a.is_prefilling = is_prefilling;
+            a.num_decode_draft_tokens_cpu = drafts;
+            a.num_accepted_tokens = accepted;
+            a.num_reqs = num_reqs;
+            a.stream = stream;
+            return s.step(a, table, capture, group);
+          },
+          "query_start_loc_cpu"_a.none(), "seq_lens"_a.none(), "seq_lens_cpu_upper_bound"_a.none(),
+          "num_actual_tokens"_a, "query_start_loc"_a.none(), "is_prefilling"_a.none(),
+          "num_decode_draft_tokens_cpu"_a.none(), "num_accepted_tokens"_a.none(),
+          "num_reqs"_a.none(), "stream"_a.none(), "table"_a.none(), "capture"_a, "group"_a)
+      .def("configure", &VllmSession::configure, "fields"_a, "defaults"_a, "mask_ring"_a.none())
+      .def("serve", &VllmSession::serve, "group"_a, "table"_a.none(), "stream"_a.none())
+      .def_prop_ro("cached_views", &VllmSession::cached_views);
+}
+
+}  // namespace linmeta::py

@@ -1,0 +1,367 @@
+"""Differential testing of linmeta.vllm against the seed builders, run live.
+
+The seed builders (../shared/seeds) run through ../shared/oracle: a stand-in ``vllm``
+package plus a loader. Loading them puts that stand-in first on sys.path, so linmeta.vllm
+(imported afterwards) subclasses the stand-in's AttentionMetadataBuilder and returns the
+seed modules' own dataclasses, as it would return vLLM's in an engine.
+
+Also here: a seeded random step generator with the distribution of tests/random_step.hpp,
+and an object-to-object comparison (values, dtypes, shapes, devices, None-ness, dataclass
+types, dict structure).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+ORACLE_DIR = os.environ.get(
+    "LINMETA_ORACLE_DIR", os.path.normpath(os.path.join(REPO, "..", "shared", "oracle"))
+)
+PUBLIC_CASES = os.path.join(REPO, "tests", "data", "public.jsonl")
+SEED_ERRORS = os.path.normpath(os.path.join(ORACLE_DIR, "..", "cases", "seed_errors.jsonl"))
+
+_SEEDS = None
+
+
+def oracle_available() -> bool:
+    return os.path.isfile(os.path.join(ORACLE_DIR, "seedload.py"))
+
+
+def load():
+    """(seeds, runner, linmeta.vllm), loading the seeds first (once)."""
+    global _SEEDS
+    if ORACLE_DIR not in sys.path:
+        sys.path.insert(0, ORACLE_DIR)
+    import runner  # noqa: E402  (the oracle's)
+    import seedload  # noqa: E402
+
+    if _SEEDS is None:
+        _SEEDS = seedload.load_seeds()
+        # seedload's stand-in for seed 000's aligned-gather Triton kernel builds its offsets
+        # on the CPU; this one follows the tensors' device (same semantics), so that the KDA
+        # seed also runs with CUDA tensors.
+        _SEEDS.kda._mamba_get_block_table_tensor = _aligned_state_indices
+    import linmeta.vllm as lv
+
+    return _SEEDS, runner, lv
+
+
+def _aligned_state_indices(block_table, seq_lens, kv_cache_spec, mamba_cache_mode):
+    if mamba_cache_mode in ("all", "none"):
+        return block_table
+    start = ((seq_lens - 1) // kv_cache_spec.block_size).clamp_(min=0)
+    offsets = torch.arange(
+        1 + kv_cache_spec.num_speculative_blocks, dtype=torch.int32, device=seq_lens.device
+    )
+    return torch.gather(block_table, 1, (start[:, None] + offsets).to(torch.int64))
+
+
+def load_cases(path=PUBLIC_CASES):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# ------------------------------------------------------------------------------- comparison
+
+
+def _tensor_diff(ours, ref, path):
+    if not isinstance(ours, torch.Tensor):
+        return f"{path}: expected a tensor, got {type(ours).__name__}"
+    if ours.dtype != ref.dtype:
+        return f"{path}: dtype {ours.dtype} != reference {ref.dtype}"
+    if tuple(ours.shape) != tuple(ref.shape):
+        return f"{path}: shape {tuple(ours.shape)} != reference {tuple(ref.shape)}"
+    if ours.device != ref.device:
+        return f"{path}: device {ours.device} != reference {ref.device}"
+    if not torch.equal(ours.cpu(), ref.cpu()):
+        return f"{path}: values {ours.cpu().tolist()} != reference {ref.cpu().tolist()}"
+    return None
+
+
+def diff(ours, ref, path="md", skip=()):
+    """Every difference between two metadata objects (a list of strings)."""
+    out = []
+    if ref is None or ours is None:
+        if ref is not ours:
+            out.append(f"{path}: {ours!r:.80} vs reference {ref!r:.80}")
+        return out
+    if isinstance(ref, torch.Tensor):
+        d = _tensor_diff(ours, ref, path)
+        return [d] if d else []
+    if isinstance(ref, (bool, int, float, str)):
+        if type(ours) is not type(ref) or ours != ref:
+            out.append(f"{path}: {ours!r} ({type(ours).__name__}) vs reference {ref!r}")
+        return out
+    if isinstance(ref, dict):
+        if list(ours.keys()) != list(ref.keys()):
+            out.append(f"{path}: keys {list(ours.keys())} vs reference {list(ref.keys())}")
+            return out
+        for k in ref:
+            out += diff(ours[k], ref[k], f"{path}[{k!r}]", skip)
+        return out
+    if dataclasses.is_dataclass(ref):
+        if type(ours) is not type(ref):
+            out.append(f"{path}: type {type(ours)} vs reference {type(ref)}")
+            return out
+        for f in dataclasses.fields(ref):
+            if f.name in skip:
+                continue
+            out += diff(getattr(ours, f.name), getattr(ref, f.name), f"{path}.{f.name}", skip)
+        return out
+    # Forward-pass objects (the RecoverSSM commit context): same type and same attributes.
+    if type(ours) is not type(ref):
+        out.append(f"{path}: type {type(ours)} vs reference {type(ref)}")
+        return out
+    if hasattr(ref, "__dict__"):
+        for k, v in vars(ref).items():
+            w = getattr(ours, k, "<missing>")
+            if isinstance(v, list) and isinstance(w, list):
+                if len(v) != len(w) or any(a is not b for a, b in zip(v, w)):
+                    out.append(f"{path}.{k}: differs")
+            elif w != v:
+                out.append(f"{path}.{k}: {w!r} vs reference {v!r}")
+    return out
+
+
+# --------------------------------------------------------------------------------- running
+
+
+def vllm_objects(runner, config, groups, max_num_batched_tokens=None):
+    """One (kv_cache_spec, layer_names, vllm_config) per group, shared by seed and adapter."""
+    out = []
+    for g in range(groups):
+        names = [f"model.layers.{g}.linear_attn"]
+        vc = runner.make_vllm_config(config, names)
+        if max_num_batched_tokens is not None:
+            vc.scheduler_config.max_num_batched_tokens = max_num_batched_tokens
+        out.append((runner.make_kv_cache_spec(config), names, vc))
+    return out
+
+
+def _i32(values, device="cpu"):
+    return torch.tensor(values, dtype=torch.int32, device=device)
+
+
+def common_metadata(runner, step, table, device="cpu"):
+    m = runner.make_common_metadata(step, table)
+    if device == "cpu":
+        return m
+    # Device copies of the device-side fields; host ones stay on the CPU.
+    return m.replace(
+        query_start_loc=m.query_start_loc.to(device),
+        seq_lens=m.seq_lens.to(device),
+        block_table_tensor=m.block_table_tensor.to(device),
+        slot_mapping=m.slot_mapping.to(device),
+    )
+
+
+def run_case(seeds, runner, lv, case, device="cpu", max_num_batched_tokens=None):
+    """Runs a case through the seed builders and through linmeta.vllm, each called the way
+    vLLM's runner calls them (one builder per KV-cache group, the same step tensors).
+    Returns (ours, reference, reference_error); reference_error is the exception the seed
+    raised (then reference is None)."""
+    step, config, kind, mode = case["step"], case["config"], case["builder"], case["mode"]
+    tables = step.get("groups") or [step["block_table"]]
+    objs = vllm_objects(runner, config, len(tables), max_num_batched_tokens)
+    dev = torch.device(device)
+    base = common_metadata(runner, step, tables[0], device)
+    ms = [base] + [base.replace(block_table_tensor=_i32(t, device)) for t in tables[1:]]
+    accepted = (
+        None if step["num_accepted_tokens"] is None else _i32(step["num_accepted_tokens"], device)
+    )
+    drafts = (
+        None
+        if step["num_decode_draft_tokens_cpu"] is None
+        else _i32(step["num_decode_draft_tokens_cpu"])
+    )
+    ref_cls = {
+        "gdn": seeds.gdn.GDNAttentionMetadataBuilder,
+        "kda": seeds.kda.KimiK3KDAMetadataBuilder,
+    }[kind]
+    our_cls = {"gdn": lv.GDNAttentionMetadataBuilder, "kda": lv.KimiK3KDAMetadataBuilder}[kind]
+
+    def call(b, m):
+        if mode == "capture":
+            return b.build_for_cudagraph_capture(m)
+        return b.build(0, m, num_accepted_tokens=accepted, num_decode_draft_tokens_cpu=drafts)
+
+    runner.clear_step_cache(seeds)
+    ref, ref_error = [], None
+    refs = [ref_cls(spec, names, vc, dev) for spec, names, vc in objs]
+    try:
+        for b, m in zip(refs, ms):
+            ref.append(call(b, m))
+    except Exception as e:  # noqa: BLE001 - a seed bug on a valid step
+        ref, ref_error = None, e
+    runner.clear_step_cache(seeds)
+    ours_b = [our_cls(spec, names, vc, dev) for spec, names, vc in objs]
+    ours = [call(b, m) for b, m in zip(ours_b, ms)]
+    return ours, ref, ref_error, (ours_b, refs, ms)
+
+
+def independent_reference(seeds, runner, case, group, device="cpu"):
+    """Group `group` built alone by a fresh seed builder (no per-step cache)."""
+    step, config, kind, mode = case["step"], case["config"], case["builder"], case["mode"]
+    tables = step.get("groups") or [step["block_table"]]
+    (spec, names, vc) = vllm_objects(runner, config, group + 1)[group]
+    m = common_metadata(runner, step, tables[group], device)
+    accepted = (
+        None if step["num_accepted_tokens"] is None else _i32(step["num_accepted_tokens"], device)
+    )
+    drafts = (
+        None
+        if step["num_decode_draft_tokens_cpu"] is None
+        else _i32(step["num_decode_draft_tokens_cpu"])
+    )
+    cls = {
+        "gdn": seeds.gdn.GDNAttentionMetadataBuilder,
+        "kda": seeds.kda.KimiK3KDAMetadataBuilder,
+    }[kind]
+    runner.clear_step_cache(seeds)
+    b = cls(spec, names, vc, torch.device(device))
+    if mode == "capture":
+        md = b.build_for_cudagraph_capture(m)
+    else:
+        md = b.build(0, m, num_accepted_tokens=accepted, num_decode_draft_tokens_cpu=drafts)
+    runner.clear_step_cache(seeds)
+    return md
+
+
+# ------------------------------------------------------------------------- random steps
+
+
+def random_config(rng: random.Random, kind: str) -> dict:
+    """A case config with tests/random_step.hpp's random_config distribution."""
+    num_spec = rng.choice([0, 1, 2, 3, 7])
+    max_num_seqs = rng.choice([4, 16, 64, 256])
+    cap = rng.randint(1, 512) if rng.random() < 0.3 else None
+    use_recoverssm = kind == "kda" and num_spec > 0 and rng.random() < 0.5
+    return {
+        "num_spec": num_spec,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": rng.choice([2048, 8192]),
+        "full_cuda_graph": rng.random() < 0.6,
+        "max_cudagraph_capture_size": cap,
+        "mamba_cache_mode": rng.choice(["none", "all", "align"]),
+        "block_size": rng.choice([16, 64, 256]),
+        "num_speculative_blocks": 0 if use_recoverssm else num_spec,
+        "use_recoverssm": use_recoverssm,
+        "num_prefill_checkpoint_blocks": (1 if rng.random() < 0.5 else 0) if kind == "kda" else 0,
+    }
+
+
+def _graph_bs(c):
+    d = c["max_num_seqs"] * (c["num_spec"] + 1)
+    if c["max_cudagraph_capture_size"] is not None:
+        d = min(d, c["max_cudagraph_capture_size"])
+    return d
+
+
+def random_case(rng: random.Random, kind: str, max_groups=4, max_prefill_len=3000) -> dict:
+    """A random valid step as a case dict (tests/random_step.hpp's random_step)."""
+    c = random_config(rng, kind)
+    k, D = c["num_spec"], _graph_bs(c)
+    capture = c["full_cuda_graph"] and rng.random() < 0.1 and D >= k + 1
+    max_rows = min(c["max_num_seqs"], D // (k + 1)) if capture else c["max_num_seqs"]
+    n = rng.randint(1, max_rows)
+    pads = rng.randint(0, min(n - 1, 8)) if rng.random() < 0.4 else 0
+    shape = rng.randint(0, 4)
+    roles = []
+    for _ in range(n - pads):
+        x = rng.randint(0, 2)
+        role = (
+            "decode"
+            if shape == 0
+            else ("spec" if k > 0 else "decode")
+            if shape == 1
+            else "prefill"
+            if shape == 2
+            else ("prefill" if x == 0 else "decode")
+            if shape == 3
+            else ("decode" if x == 0 else "spec" if x == 1 and k > 0 else "prefill")
+        )
+        if capture:
+            role = "spec" if k > 0 and rng.random() < 0.8 else "decode"
+        roles.append(role)
+    roles = [r for r in roles if r != "prefill"] + [r for r in roles if r == "prefill"]
+    roles += ["pad"] * (n - len(roles))
+
+    q = [0] * n
+    drafts = [-1] * n
+    fixed = 0
+    for i, role in enumerate(roles):
+        if role in ("decode", "prefill"):
+            q[i] = 1
+        if role == "spec":
+            drafts[i] = rng.randint(0 if rng.random() < 0.1 else min(1, k), k)
+            q[i] = drafts[i] + 1
+        fixed += q[i]
+    cap = D if capture else c["max_num_batched_tokens"]
+    if fixed > cap:
+        capture = False
+        cap = max(c["max_num_batched_tokens"], fixed + 16)
+    if not capture:
+        c["max_num_batched_tokens"] = max(c["max_num_batched_tokens"], cap)
+    budget = cap - fixed - (rng.randint(0, min(16, cap - fixed)) if rng.random() < 0.5 else 0)
+    for i, role in enumerate(roles):
+        if role == "prefill":
+            extra = min(budget, rng.randint(0, max_prefill_len - 1))
+            q[i] += extra
+            budget -= extra
+
+    has_drafts = k > 0 and not capture and rng.random() < 0.9
+    has_accepted = k > 0 and not capture
+    with_prefilling = kind == "kda" or rng.random() < 0.7
+    qsl, seq_lens, ub, accepted, prefilling = [0], [], [], [], []
+    for i, role in enumerate(roles):
+        qsl.append(qsl[-1] + q[i])
+        computed = rng.randint(1, 5000)
+        if role == "prefill" and rng.random() < 0.5:
+            computed = 0
+        if role == "decode" and rng.random() < 0.05:
+            computed = 0
+        seq = 0 if role == "pad" else computed + q[i]
+        ub.append(seq)
+        lag = rng.randint(0, q[i] - 1) if role == "spec" and rng.random() < 0.3 else 0
+        seq_lens.append(seq - lag)
+        accepted.append(rng.randint(1, q[i]) if role == "spec" else 1)
+        prefilling.append(role == "prefill" or (role == "decode" and rng.random() < 0.05))
+    num_actual = min(cap, qsl[-1] + (rng.randint(0, 16) if rng.random() < 0.3 else 0))
+
+    bs = c["block_size"]
+    need = k + 1
+    for seq in ub:
+        need = max(need, ((seq - 1) // bs if seq > 0 else 0) + c["num_speculative_blocks"] + 1)
+        need = max(need, seq // bs + 1)
+    width = need + rng.randint(0, 2)
+    groups = rng.randint(1, max_groups) if rng.random() < 0.5 else 1
+    tables = [
+        [[rng.randint(1, 1 << 20) for _ in range(width)] for _ in range(n)] for _ in range(groups)
+    ]
+    step = {
+        "query_start_loc": qsl,
+        "seq_lens": seq_lens,
+        "seq_lens_cpu_upper_bound": ub,
+        "is_prefilling": prefilling if with_prefilling else None,
+        "num_actual_tokens": num_actual,
+        "block_table": tables[0],
+        "num_decode_draft_tokens_cpu": drafts if has_drafts else None,
+        "num_accepted_tokens": accepted if has_accepted else None,
+    }
+    if groups > 1:
+        step["groups"] = tables
+    return {
+        "name": f"random-{kind}",
+        "builder": kind,
+        "mode": "capture" if capture else "build",
+        "config": c,
+        "step": step,
+    }
