@@ -125,6 +125,9 @@ struct GpuFigures {
   Summary graph;          ///< one captured build, replayed back to back
   GraphNodes nodes;       ///< of the captured build
   Floor floor;            ///< for the build's upload bytes
+  /// End to end with a producer kernel writing seq_lens / accepted counts right before the
+  /// build (eager gated and graph replay, per step), without and with PDL.
+  Summary producer_eager, producer_graph, producer_eager_pdl, producer_graph_pdl;
   bool gate_timed_out = false;
 };
 

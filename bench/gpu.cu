@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -25,6 +26,19 @@ __global__ void gate_kernel(const volatile int32_t* open, volatile int32_t* time
 }
 
 __global__ void empty_kernel() {}
+
+__global__ void producer_kernel(const int32_t* src_seq_lens, int32_t* seq_lens,
+                                const int32_t* src_accepted, int32_t* accepted, int32_t n_seq,
+                                int32_t n_acc) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  for (int32_t i = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+       i < max(n_seq, n_acc); i += static_cast<int32_t>(gridDim.x * blockDim.x)) {
+    if (i < n_seq) seq_lens[i] = src_seq_lens[i];
+    if (i < n_acc) accepted[i] = src_accepted[i];
+  }
+}
 
 __global__ void busy_kernel(unsigned long long duration_ns) {
   const unsigned long long t0 = global_ns();
@@ -101,6 +115,15 @@ void busy_device(cudaStream_t stream, double ms) {
 void launch_empty_kernel(cudaStream_t stream) {
   empty_kernel<<<1, 1, 0, stream>>>();
   cuda_check(cudaGetLastError(), "empty kernel launch");
+}
+
+void launch_step_producer(cudaStream_t stream, const int32_t* src_seq_lens, int32_t* seq_lens,
+                          const int32_t* src_accepted, int32_t* accepted, int32_t n_seq,
+                          int32_t n_acc) {
+  const int32_t blocks = std::max(1, std::min((std::max(n_seq, n_acc) + 255) / 256, 64));
+  producer_kernel<<<blocks, 256, 0, stream>>>(src_seq_lens, seq_lens, src_accepted, accepted, n_seq,
+                                              n_acc);
+  cuda_check(cudaGetLastError(), "producer kernel launch");
 }
 
 GraphNodes count_nodes(cudaGraph_t graph) {

@@ -51,6 +51,14 @@ void busy_device(cudaStream_t stream, double ms);
 /// One launch of an empty kernel (1 block of 1 thread).
 void launch_empty_kernel(cudaStream_t stream);
 
+/// The bench's stand-in for an engine's input-preparation kernel: copies seq_lens and
+/// accepted counts (n_seq / n_acc entries) from `src_*` into the step's device arrays, right before
+/// a build reads them. On sm_90 it lets a dependent launched with PDL start early
+/// (griddepcontrol.launch_dependents); the build's griddepcontrol.wait still orders the reads.
+void launch_step_producer(cudaStream_t stream, const int32_t* src_seq_lens, int32_t* seq_lens,
+                          const int32_t* src_accepted, int32_t* accepted, int32_t n_seq,
+                          int32_t n_acc);
+
 /// Kernel and memcpy nodes of a graph.
 struct GraphNodes {
   int32_t kernels = 0, memcpys = 0, others = 0;

@@ -15,14 +15,14 @@ using Clock = std::chrono::steady_clock;
 using DevicePtr = std::unique_ptr<void, decltype(&cudaFree)>;
 
 /// A device copy of `v` (on the cuda target; else `v` itself), kept alive by `owned`.
-const int32_t* upload(bool cuda, const std::vector<int32_t>& v, std::vector<DevicePtr>& owned) {
-  if (!cuda) return v.data();
+int32_t* upload(bool cuda, const std::vector<int32_t>& v, std::vector<DevicePtr>& owned) {
+  if (!cuda) return const_cast<int32_t*>(v.data());
   void* p = nullptr;
   cuda_check(cudaMalloc(&p, std::max<size_t>(v.size(), 1) * sizeof(int32_t)), "cudaMalloc");
   owned.emplace_back(p, &cudaFree);
   cuda_check(cudaMemcpy(p, v.data(), v.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
              "cudaMemcpy");
-  return static_cast<const int32_t*>(p);
+  return static_cast<int32_t*>(p);
 }
 
 /// A captured graph and its executable, destroyed together.
@@ -195,8 +195,9 @@ Result Bench::run(const Workload& w) {
     std::vector<BlockTable> tables;
     for (const auto& t : d.tables)
       tables.push_back({upload(cuda_, t, owned), d.width, d.row_stride});
-    const Step step = d.step(upload(cuda_, d.qsl, owned), upload(cuda_, d.seq_lens, owned),
-                             upload(cuda_, d.accepted, owned), tables[0].data);
+    int32_t* seq_lens = upload(cuda_, d.seq_lens, owned);
+    int32_t* accepted = upload(cuda_, d.accepted, owned);
+    const Step step = d.step(upload(cuda_, d.qsl, owned), seq_lens, accepted, tables[0].data);
     const BuilderOptions options{.target = cuda_ ? Target::Cuda : Target::Host,
                                  .num_groups = w.groups(),
                                  .staging_slots = s_.staging_slots,
@@ -246,6 +247,25 @@ Result Bench::run(const Workload& w) {
     g.graph =
         device_time_us(s_.graph_batch, s_.graph_batches, true, [&] { graph.launch(stream_); });
     g.floor = floor(r.upload_bytes);
+
+    // End to end behind a producer kernel that writes the build's device inputs, without and
+    // with PDL (the build's launch overlaps the producer's tail; its reads wait for it).
+    const int32_t* src_seq_lens = upload(cuda_, d.seq_lens, owned);
+    const int32_t* src_accepted = upload(cuda_, d.accepted, owned);
+    for (const bool pdl : {false, true}) {
+      BuilderOptions po = options;
+      po.staging_slots = s_.eager_batch + 1;  // no build waits for a slot while gated
+      po.programmatic_dependent_launch = pdl;
+      MetadataBuilder pb(d.kind, d.config, po);
+      auto produce_and_build = [&] {
+        launch_step_producer(stream_, src_seq_lens, seq_lens, src_accepted, accepted,
+                             static_cast<int32_t>(d.seq_lens.size()),
+                             static_cast<int32_t>(d.accepted.size()));
+        build_once(pb, step, tables, d.capture, stream_);
+      };
+      eager_and_graph_us(produce_and_build, pdl ? g.producer_eager_pdl : g.producer_eager,
+                         pdl ? g.producer_graph_pdl : g.producer_graph);
+    }
     g.gate_timed_out = timed_out_;
     r.gpu = g;
   } catch (const std::exception& e) {

@@ -147,6 +147,8 @@ Table results_table(std::span<const Result> results, const RunInfo& info) {
                                        {"", "graph"},
                                        {"launch", "/step"},
                                        {"param", "bytes"},
+                                       {"prod+build", "graph"},
+                                       {"", "PDL"},
                                        {"pinned", "KiB"}});
   t.columns.insert(t.columns.end(), {{"upload", "bytes"}, {"device", "KiB"}});
   if (gpu) t.columns.push_back({"vLLM py", "us"});
@@ -174,7 +176,8 @@ Table results_table(std::span<const Result> results, const RunInfo& info) {
           row.end(),
           {us(g.eager.median), us(g.graph.median), us(ratio(g.eager.median, g.floor.eager.median)),
            us(ratio(g.graph.median, g.floor.graph.median)), fmt::format("{}", g.nodes.kernels),
-           fmt::format("{}", r.param_bytes), kib(r.pinned_bytes)});
+           fmt::format("{}", r.param_bytes), us(g.producer_graph.median),
+           us(g.producer_graph_pdl.median), kib(r.pinned_bytes)});
     }
     row.insert(row.end(), {fmt::format("{}", r.upload_bytes), kib(r.buffer_bytes)});
     if (gpu)
@@ -240,6 +243,14 @@ void print_targets(std::FILE* out, std::span<const Result> results, const Bench&
       target(fmt::format("{}: GPU in a graph {} us / empty kernel {} us", kHeadline,
                          us(h.gpu->graph.median), us(k->graph.median)),
              ratio(h.gpu->graph.median, k->graph.median), kFloorRatio, "x");
+      const GpuFigures& g = *h.gpu;
+      lines.push_back(fmt::format(
+          "{}: producer kernel + build, per step: graph {} us, with PDL {} us ({:.2f}x); eager "
+          "{} us, with PDL {} us ({:.2f}x)",
+          kHeadline, us(g.producer_graph.median), us(g.producer_graph_pdl.median),
+          ratio(g.producer_graph_pdl.median, g.producer_graph.median), us(g.producer_eager.median),
+          us(g.producer_eager_pdl.median),
+          ratio(g.producer_eager_pdl.median, g.producer_eager.median)));
     }
   // Least-squares slope of the host medians (total and plan) over a family "prefix B<rows> suffix".
   for (const auto& [prefix, suffix, what] : kFamilies) {
@@ -329,6 +340,10 @@ std::string to_json(std::span<const Result> results, const RunInfo& info, const 
                      {"floor", g.floor},
                      {"x_floor_eager", ratio(g.eager.median, g.floor.eager.median)},
                      {"x_floor_graph", ratio(g.graph.median, g.floor.graph.median)},
+                     {"producer_eager", g.producer_eager},
+                     {"producer_graph", g.producer_graph},
+                     {"producer_eager_pdl", g.producer_eager_pdl},
+                     {"producer_graph_pdl", g.producer_graph_pdl},
                      {"gate_timed_out", g.gate_timed_out}};
       o["graph_nodes"] = g.nodes;
       if (w.vllm_py_us > 0) o["speedup_vs_vllm_py"] = w.vllm_py_us / r.total.median;

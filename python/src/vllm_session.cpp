@@ -18,7 +18,6 @@ namespace linmeta::py {
 
 namespace {
 
-
 /// Views of a builder's buffers, made once per (address, shape, dtype, memory) and handed out
 /// again on every later step with the same shape. A view with fewer rows than one made
 /// before at the same address is sliced from it (no DLPack export).
