@@ -1,10 +1,11 @@
-// Every array view of a Metadata, for the fuzz oracle. Once Metadata's arrays are
-// type-erased, linmeta::for_each_array replaces this list.
+// Every array view of a Metadata, for the fuzz oracle: the output table's rows
+// (linmeta::for_each_array) plus the conv1d host counts.
 #pragma once
 
 #include <cstdint>
 
 #include "linmeta/metadata.hpp"
+#include "linmeta/outputs.hpp"
 
 namespace linmeta::fuzz {
 
@@ -12,41 +13,11 @@ namespace linmeta::fuzz {
 /// (host target: the data is host memory).
 template <class F>
 void for_each_view(const Metadata& m, F&& f) {
-  auto one = [&](const char* field, const auto& a) {
-    if (a.present && a.size() > 0)
-      f(field, static_cast<const void*>(a.data), a.size() * static_cast<int64_t>(sizeof(*a.data)));
+  auto one = [&](const char* field, const Array& a) {
+    if (a.present && a.size() > 0) f(field, a.data, a.bytes());
   };
-  one("has_initial_state", m.has_initial_state);
-  one("chunk_indices", m.chunk_indices);
-  one("chunk_offsets", m.chunk_offsets);
-  one("prefill_query_start_loc", m.prefill_query_start_loc);
-  one("prefill_state_indices", m.prefill_state_indices);
-  one("prefill_has_initial_state", m.prefill_has_initial_state);
-  one("spec_query_start_loc", m.spec_query_start_loc);
-  one("non_spec_query_start_loc", m.non_spec_query_start_loc);
-  one("spec_state_indices_tensor", m.spec_state_indices_tensor);
-  one("non_spec_state_indices_tensor", m.non_spec_state_indices_tensor);
-  one("spec_sequence_masks", m.spec_sequence_masks);
-  one("spec_token_indx", m.spec_token_indx);
-  one("non_spec_token_indx", m.non_spec_token_indx);
-  one("num_accepted_tokens", m.num_accepted_tokens);
-  if (m.conv1d) {
-    one("conv1d.nums", m.conv1d->nums);
-    one("conv1d.batch_ptr", m.conv1d->batch_ptr);
-    one("conv1d.token_chunk_offset_ptr", m.conv1d->token_chunk_offset_ptr);
-  }
-  if (m.recoverssm_commit) {
-    one("recoverssm_commit.state_indices", m.recoverssm_commit->state_indices);
-    one("recoverssm_commit.query_start_loc", m.recoverssm_commit->query_start_loc);
-    one("recoverssm_commit.request_indices", m.recoverssm_commit->request_indices);
-    if (m.recoverssm_commit->align)
-      one("recoverssm_commit.align.num_computed_tokens",
-          m.recoverssm_commit->align->num_computed_tokens);
-  }
-  if (m.checkpoint) {
-    one("checkpoint.checkpoint_offsets", m.checkpoint->checkpoint_offsets);
-    one("checkpoint.state_indices", m.checkpoint->state_indices);
-  }
+  for_each_array(m, [&](const OutputSpec& spec, const Array& a) { one(spec.name, a); });
+  if (m.conv1d) one("conv1d.nums", m.conv1d->nums);
 }
 
 /// Whether two metadata have the same counts and the same views (address and shape).

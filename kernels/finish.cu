@@ -101,6 +101,24 @@ int32_t launch_smallest_tier(const LaunchHeader& h, const int32_t* arena, int32_
 
 int32_t max_inline_arena_words() { return kInlineTiers[kNumTiers - 1]; }
 
+void check_pdl_supported(int device) {
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (major < 9) return;  // no early launch before sm_90: the attribute changes nothing
+  cudaFuncAttributes attr{};
+  const cudaError_t err = cudaFuncGetAttributes(&attr, finish_kernel);
+  if (err != cudaSuccess)
+    throw Error(std::string("linmeta: cudaFuncGetAttributes(finish kernel) failed: ") +
+                cudaGetErrorString(err));
+  if (attr.ptxVersion < 90)
+    throw Error(
+        "linmeta: options.programmatic_dependent_launch needs the finish kernel compiled for "
+        "sm_90 or newer (this build runs compute_" +
+        std::to_string(attr.ptxVersion) +
+        " code, which cannot wait on the grid dependency): build with "
+        "CMAKE_CUDA_ARCHITECTURES=90 (the default)");
+}
+
 int32_t launch_finish_inline(const LaunchHeader& h, const int32_t* arena, int32_t words, bool pdl,
                              cudaStream_t stream) {
   if (h.num_blocks == 0) return 0;

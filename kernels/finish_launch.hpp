@@ -10,6 +10,11 @@ namespace linmeta::detail {
 /// Largest step arena (int32 words) that travels inside the kernel parameters.
 int32_t max_inline_arena_words();
 
+/// Throws linmeta::Error when PDL cannot be honoured on `device`: an sm_90+ GPU running a
+/// finish kernel compiled for an older architecture (JIT from older PTX), whose code has no
+/// griddepcontrol.wait and would read inputs before the producer finished.
+void check_pdl_supported(int device);
+
 /// One launch whose parameters carry the header and the arena itself (words <=
 /// max_inline_arena_words()): no copy, nothing for the host to keep alive after the
 /// call. Returns the launch's parameter bytes. `pdl`: programmatic dependent launch.

@@ -26,6 +26,11 @@ class CudaExecutor final : public Executor {
         pdl_(o.programmatic_dependent_launch) {
     if (o.staging_slots < 1) throw Error("linmeta: options.staging_slots must be at least 1");
     if (o.capture_slots < 0) throw Error("linmeta: options.capture_slots must be >= 0");
+    if (pdl_) {
+      int device = 0;
+      cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+      check_pdl_supported(device);
+    }
     // Staging exists only when some step can outgrow the kernel parameters.
     if (arena_words > max_inline_arena_words())
       ring_.resize(static_cast<size_t>(o.staging_slots));

@@ -1,7 +1,8 @@
 // SPEC §4–8: classification of a step into decode / spec-decode / prefill rows,
 // for both builders. The GDN and KDA rules differ only where a `kind` test says so;
 // the vllm-0.34 profile differs from the seed only where a `v034()` test says so, each
-// such branch named by its rule in docs/semantics.md (R1..R5 GDN, K1..K6 KDA).
+// such branch named by its rule in docs/semantics.md (R1..R5 GDN, K1..K6 KDA; R6 is not
+// modelled, K7 answers in both profiles).
 #include <algorithm>
 #include <cstdint>
 #include <numeric>

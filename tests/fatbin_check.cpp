@@ -1,5 +1,5 @@
 // linmeta_fatbin_check: lists the CUDA code embedded in object files or static libraries
-// and fails unless every required code is there (the ctest cuda_fatbin_sm90; no GPU and no
+// and fails unless every required code is there (the ctest cuda_fatbin; no GPU and no
 // cuobjdump needed).
 //
 //   linmeta_fatbin_check [--require sm_NN|compute_NN]... FILE...

@@ -74,8 +74,10 @@ class MetadataBuilder {
   [[nodiscard]] const BuildTiming& last_timing() const;
   /// Bytes of the step arena packed by the last build (or update_block_table).
   [[nodiscard]] int64_t last_upload_bytes() const;
-  /// Kernel parameter bytes of the last launch: header + arena tier (cuda target; 0
-  /// on the host target or when the arena was copied first: header only).
+  /// Kernel parameter bytes of the last launch (cuda target): the launch header plus the
+  /// arena tier when the arena travels in the parameters; the header alone when the arena
+  /// was copied first (then below last_upload_bytes()); 0 on the host target or when
+  /// nothing was launched.
   [[nodiscard]] int32_t last_launch_param_bytes() const;
   /// Memory the builder holds: pinned host staging and device (or host) buffers.
   [[nodiscard]] int64_t pinned_bytes() const;

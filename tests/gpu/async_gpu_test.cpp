@@ -102,7 +102,7 @@ TEST_P(RingSafetyGpu, BackToBackBuildsWithoutSyncMatchSynchronisedHostBuilds) {
   for (int i = 0; i < kSteps; ++i) {
     const auto u = static_cast<size_t>(i);
     const auto ms = build_step(cuda, steps[u], dev[u].step, dev[u].tables, G == 1, stream.get());
-    copy_path += cuda.last_upload_bytes() > 4 * 7168 ? 1 : 0;
+    copy_path += arena_was_copied(cuda) ? 1 : 0;
     for (const auto& m : ms) dev_snap.take(m, stream.get());
   }
   stream.sync();

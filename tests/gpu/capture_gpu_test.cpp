@@ -9,9 +9,6 @@
 namespace linmeta::gputest {
 namespace {
 
-// Arenas above this many bytes are copied; smaller ones travel in the launch.
-constexpr int64_t kInlineArenaBytes = 4 * 7168;
-
 Config capture_config(BuilderKind kind, bool large) {
   Config c;
   c.num_spec = 2;
@@ -103,7 +100,7 @@ TEST_P(CaptureGpu, OneLaunchAndReplayRestoresTheCapturedStep) {
       t.views.own_nums();
     });
     const auto types = t.graph.node_types();
-    const int copies = cuda.last_upload_bytes() > kInlineArenaBytes ? 1 : 0;
+    const int copies = arena_was_copied(cuda) ? 1 : 0;
     EXPECT_EQ(t.graph.num_nodes(), static_cast<size_t>(1 + copies))
         << "a captured build of " << G << " group(s), arena " << cuda.last_upload_bytes()
         << " bytes";

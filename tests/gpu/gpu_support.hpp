@@ -57,6 +57,12 @@ inline int env_int(const char* name, int fallback) {
 
 inline const char* kind_name(BuilderKind k) { return k == BuilderKind::Gdn ? "gdn" : "kda"; }
 
+/// Whether the last build's arena was copied before the launch (too large for the kernel
+/// parameters): an inline launch carries at least the arena's bytes.
+inline bool arena_was_copied(const MetadataBuilder& b) {
+  return b.last_upload_bytes() > b.last_launch_param_bytes();
+}
+
 // ---- RAII handles ----------------------------------------------------------------
 
 class DeviceMemory {
