@@ -4,7 +4,7 @@
 # .ci/run: the venv is ~8.5 GB.
 #
 #   scripts/vllm-diff.sh [--steps N] [--chunk C] [--seed S] [--zero-drafts P] [--record FILE]
-#                        [--make-data]
+#                        [--builders "gdn kda"] [--make-data]
 #
 # 1. creates the venv if absent ($LINMETA_VLLM_VENV, default ../venv-vllm beside the
 #    repository): vllm==0.34.0 with --no-deps, then its Requires-Dist minus
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 source scripts/env.sh
 
-STEPS=10000 CHUNK=1000 SEED=1 RECORD="" MAKE_DATA=0 ZERO_DRAFTS=10
+STEPS=10000 CHUNK=1000 SEED=1 RECORD="" MAKE_DATA=0 ZERO_DRAFTS=10 BUILDERS="gdn kda"
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS=$2; shift 2 ;;
@@ -30,8 +30,9 @@ while [ $# -gt 0 ]; do
     --seed) SEED=$2; shift 2 ;;
     --zero-drafts) ZERO_DRAFTS=$2; shift 2 ;;
     --record) RECORD=$2; shift 2 ;;
+    --builders) BUILDERS=$2; shift 2 ;;
     --make-data) MAKE_DATA=1; shift ;;
-    *) echo "usage: $0 [--steps N] [--chunk C] [--seed S] [--zero-drafts P] [--record FILE] [--make-data]" >&2
+    *) echo "usage: $0 [--steps N] [--chunk C] [--seed S] [--zero-drafts P] [--record FILE] [--builders LIST] [--make-data]" >&2
       exit 2 ;;
   esac
 done
@@ -67,15 +68,21 @@ trap 'rm -rf "$WORK"' EXIT
 
 summary=()
 status=0
-for builder in gdn kda; do
+for builder in $BUILDERS; do
   passed=0 failed=0 done_steps=0 raised=0 chunk_no=0
   while [ "$done_steps" -lt "$STEPS" ]; do
     n=$(( STEPS - done_steps < CHUNK ? STEPS - done_steps : CHUNK ))
     s=$(( SEED * 1000 + chunk_no ))
     "$BIN/tools/linmeta-stepgen" --builder "$builder" --profile vllm-0.34 --count "$n" --seed "$s" \
       --zero-drafts-percent "$ZERO_DRAFTS" > "$WORK/steps.jsonl"
-    harness fill "$WORK/steps.jsonl" "$WORK/cases.jsonl" 2> "$WORK/fill.txt"
-    raised=$(( raised + $(grep -o '([0-9]* raised)' "$WORK/fill.txt" | tr -dc 0-9) ))
+    if ! harness fill "$WORK/steps.jsonl" "$WORK/cases.jsonl" 2> "$WORK/fill.txt"; then
+      echo "$builder: the harness failed on chunk $chunk_no (seed $s):" >&2
+      tail -5 "$WORK/fill.txt" >&2
+      failed=$(( failed + n )) done_steps=$(( done_steps + n )) chunk_no=$(( chunk_no + 1 ))
+      continue
+    fi
+    r=$(grep -o '([0-9]* raised)' "$WORK/fill.txt" | tr -dc 0-9)
+    raised=$(( raised + ${r:-0} ))
     "$BIN/tools/linmeta-replay" check "$WORK/cases.jsonl" > "$WORK/replay.txt" || true
     grep -v 'passed, .* failed' "$WORK/replay.txt" | head -20 || true
     read -r p f < <(grep -E '^[0-9]+ passed, [0-9]+ failed' "$WORK/replay.txt" | tail -1 |

@@ -238,7 +238,7 @@ void def_kind(nb::module_& m, nb::class_<PyBuilder>& /*base*/, const char* name,
                  int32_t num_prefill_checkpoint_blocks, const std::string& profile,
                  const std::optional<std::string>& prefill_backend, const std::string& target,
                  int32_t num_groups, const std::string& array_type, int32_t staging_slots,
-                 int32_t capture_slots) {
+                 int32_t capture_slots, bool programmatic_dependent_launch) {
             Config c;
             c.num_spec = num_spec;
             c.max_num_seqs = max_num_seqs;
@@ -258,6 +258,7 @@ void def_kind(nb::module_& m, nb::class_<PyBuilder>& /*base*/, const char* name,
             o.num_groups = num_groups;
             o.staging_slots = staging_slots;
             o.capture_slots = capture_slots;
+            o.programmatic_dependent_launch = programmatic_dependent_launch;
             const ArrayType at = parse_array_type(array_type);
             if (at == ArrayType::Numpy && o.target == Target::Cuda)
               raise_error(
@@ -275,7 +276,8 @@ void def_kind(nb::module_& m, nb::class_<PyBuilder>& /*base*/, const char* name,
           "block_size"_a = 16, "num_speculative_blocks"_a = 0, "chunk_metadata"_a = true,
           "use_recoverssm"_a = false, "num_prefill_checkpoint_blocks"_a = 0, "profile"_a = "seed",
           "prefill_backend"_a = nb::none(), "target"_a = "host", "num_groups"_a = 1,
-          "array_type"_a = "dlpack", "staging_slots"_a = 4, "capture_slots"_a = 8);
+          "array_type"_a = "dlpack", "staging_slots"_a = 4, "capture_slots"_a = 8,
+          "programmatic_dependent_launch"_a = false);
 }
 
 }  // namespace

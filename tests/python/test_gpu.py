@@ -53,6 +53,16 @@ def test_public_case_cuda(case):
     cu.assert_matches(case, results, case["builder"], sync_to_numpy)
 
 
+@pytest.mark.parametrize("case", CASES[:20], ids=cu.case_id)
+def test_public_case_cuda_pdl(case):
+    """programmatic_dependent_launch=True gives the same outputs (the kernel waits on the
+    grid dependency before reading the step's device inputs)."""
+    results, _ = cu.run_case(
+        case, host, device, host_bool, table, target="cuda", programmatic_dependent_launch=True
+    )
+    cu.assert_matches(case, results, case["builder"], sync_to_numpy)
+
+
 MULTI = [c for c in CASES if "groups" in c["step"]]
 
 
