@@ -256,7 +256,10 @@ def metadata_classes(prefer_vllm: bool = True) -> dict:
             kda=kda.KimiK3KDAMetadata,
             commit=kda.KDARecoverSSMCommitMetadata,
             align=kda.KDARecoverSSMAlignMetadata,
-            checkpoint=kda.KDACheckpointMetadata,
+        )
+        # vLLM 0.34's KDA checkpoints are the shared MambaPrefillCheckpointMetadata.
+        out["checkpoint"] = getattr(kda, "KDACheckpointMetadata", None) or out.get(
+            "gdn_checkpoint", out["checkpoint"]
         )
     except Exception:  # noqa: BLE001 - vLLM without Kimi-K3
         pass
@@ -493,7 +496,9 @@ class _Engine:
         qsl_cpu = m.query_start_loc_cpu
         ub = _seq_lens_upper_bound(m)
         s = self.step
-        if s is not None and slot not in s.served:
+        # A builder object registered after this step's launch (slot past its groups) plans
+        # afresh, with a native builder of enough groups.
+        if s is not None and slot not in s.served and slot < len(s.tables):
             stream = _current_stream(self.device)
             # The runner hands every group the same tensor objects: checked in C++.
             d = self.session.step(
@@ -679,6 +684,21 @@ class GDNAttentionMetadataBuilder(_Base):
         cfg.update(profile)
         return cfg
 
+    def _precomputed_aligned(self):
+        """MRV2's aligned state indices when this builder reads them, else None.
+
+        vllm-0.34 profile: None. There the runner's precompute (compute_aligned_state_indices
+        from the step's seq_lens) is the gather the native align mode makes from the block
+        table, and align mode also gives what the precomputed table cannot: the prefill
+        checkpoints and the RecoverSSM commit's align metadata (both from the block table).
+        KDA requires the precompute in align mode, as vLLM 0.34's builder asserts."""
+        aligned = getattr(self, "mamba_aligned_state_indices", None)
+        if _PROFILE != "vllm-0.34":
+            return aligned
+        if self._kind == "kda" and self._mamba_cache_mode == "align":
+            assert aligned is not None, "Aligned Mamba state indices must be precomputed"
+        return None
+
     def _aligned(self):
         """The engine of MRV2's precomputed aligned state indices: they are the table,
         gathered as is (mode "none")."""
@@ -699,7 +719,7 @@ class GDNAttentionMetadataBuilder(_Base):
         fast_build: bool = False,
     ):
         m = common_attn_metadata
-        aligned = getattr(self, "mamba_aligned_state_indices", None)
+        aligned = self._precomputed_aligned()
         if aligned is None:
             engine, slot, table = self._engine, self._slot, m.block_table_tensor
         else:
@@ -725,7 +745,7 @@ class GDNAttentionMetadataBuilder(_Base):
             f"and number of tokens ({m.num_actual_tokens}) <= "
             f"cudagraph capture sizes ({self.decode_cudagraph_max_bs})."
         )
-        aligned = getattr(self, "mamba_aligned_state_indices", None)
+        aligned = self._precomputed_aligned()
         if aligned is None:
             engine, slot, table = self._engine, self._slot, m.block_table_tensor
         else:
@@ -741,19 +761,23 @@ class GDNAttentionMetadataBuilder(_Base):
         engine, slot = self._engine, self._slot
         if self._mamba_cache_mode == "align":
             assert getattr(self, "mamba_aligned_state_indices", None) is not None
-            blk_table = self.mamba_aligned_state_indices
-            engine, slot = self._aligned()
+            if _PROFILE != "vllm-0.34":
+                blk_table = self.mamba_aligned_state_indices
+                engine, slot = self._aligned()
         d = engine.regather(slot, metadata, blk_table)
         if d is None:
             raise _linmeta.Error(
                 "linmeta: update_block_table takes metadata of the step this engine built last"
             )
-        return dataclasses.replace(
-            metadata,
+        changes = dict(
             spec_state_indices_tensor=d["spec_state_indices_tensor"],
             non_spec_state_indices_tensor=d["non_spec_state_indices_tensor"],
             prefill_state_indices=d["prefill_state_indices"],
         )
+        ckpt = d.get("_checkpoint")
+        if getattr(metadata, "checkpoint", None) is not None and ckpt is not None:
+            changes["checkpoint"] = dataclasses.replace(metadata.checkpoint, state_indices=ckpt[1])
+        return dataclasses.replace(metadata, **changes)
 
     # -- the outputs
 
@@ -788,18 +812,46 @@ class GDNAttentionMetadataBuilder(_Base):
         d["batch_ptr"] = batch_ptr
         d["token_chunk_offset_ptr"] = offset_ptr
 
-    def _checkpoints(self, d):
+    def _checkpoint_md(self, ckpt, d, step, m):
+        """vLLM 0.34's MambaPrefillCheckpointMetadata from linmeta's (checkpoint_offsets,
+        state_indices), with what vLLM's MambaPrefillCheckpointBuilder also puts there: the
+        host lists `offsets` / `query_lens` and the gather indices `request_rows` /
+        `block_cols` (int64, on the device of query_start_loc) of the checkpoint rows (the
+        non-spec rows). `offsets` is read back from checkpoint_offsets (a device-to-host copy
+        on CUDA, only on steps with checkpoints)."""
+        offsets_t, state_indices = ckpt
+        offsets = offsets_t.tolist()
+        qsl = step.qsl_cpu.tolist()
+        ub = _seq_lens_upper_bound(m).tolist()
+        rows = self._checkpoint_rows(d, step, qsl)
+        assert len(rows) == len(offsets)
+        block = int(self.kv_cache_spec.block_size)
+        cols = [-(-ub[r] // block) - 2 if o > 0 else -1 for r, o in zip(rows, offsets)]
+        dev = m.query_start_loc.device
+        return self._classes["gdn_checkpoint"](
+            checkpoint_offsets=offsets_t,
+            state_indices=state_indices,
+            offsets=offsets,
+            query_lens=[qsl[r + 1] - qsl[r] for r in rows],
+            request_rows=torch.tensor(rows, dtype=torch.int64).to(dev, non_blocking=True),
+            block_cols=torch.tensor(cols, dtype=torch.int64).to(dev, non_blocking=True),
+        )
+
+    def _checkpoint_rows(self, d, step, qsl):
+        """GDN's checkpoint rows: every row, or the rows outside the spec mask."""
+        masks = d.get("spec_sequence_masks_cpu")
+        if masks is None:
+            return list(range(len(qsl) - 1))
+        return (~masks).nonzero().flatten().tolist()
+
+    def _checkpoints(self, d, step, m):
         """vLLM 0.34's GDN prefill checkpoint objects (profile vllm-0.34, align mode), when the
-        dataclass has the fields. The host lists (offsets, query_lens) and the regather
-        indices (request_rows, block_cols) of MambaPrefillCheckpointMetadata are not filled:
-        linmeta's update_block_table re-gathers the checkpoint state indices itself."""
+        dataclass has the fields."""
         ckpt = d.pop("_checkpoint", None)
         plan = d.pop("_flashinfer_checkpoint_plan", None)
         classes = self._classes
         if ckpt is not None and "checkpoint" in d and "gdn_checkpoint" in classes:
-            d["checkpoint"] = classes["gdn_checkpoint"](
-                checkpoint_offsets=ckpt[0], state_indices=ckpt[1]
-            )
+            d["checkpoint"] = self._checkpoint_md(ckpt, d, step, m)
         if plan is not None and "flashinfer_checkpoint_plan" in d and "fi_plan" in classes:
             d["flashinfer_checkpoint_plan"] = classes["fi_plan"](
                 every_n_tokens=plan[0], num_checkpoints=plan[1], cu_starts=plan[2], rows=plan[3]
@@ -810,7 +862,7 @@ class GDNAttentionMetadataBuilder(_Base):
             _accepted_dtype(d, accepted_dtype, self._staged_spec(d, m))
         if "_conv" in d:
             self._conv(d, step)
-        self._checkpoints(d)
+        self._checkpoints(d, step, m)
         if self.gdn_prefill_backend == "cutedsl" and d["num_prefills"] > 0:
             d["chunk_indices"], d["chunk_offsets"] = _cutedsl_chunk_metadata(
                 d["prefill_query_start_loc"], d["num_prefill_tokens"]
@@ -831,7 +883,14 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
 
     def _linmeta_config(self) -> dict:
         cfg = super()._linmeta_config()
-        cfg.pop("prefill_backend", None)  # KDA: the native default (FlashKDA)
+        cfg.pop("prefill_backend", None)  # KDA: the native default (FlashKDA) ...
+        if "profile" in cfg and cfg["profile"] == "vllm-0.34":
+            # ... unless vLLM 0.34's additional_config names one (FlashInfer: its own
+            # prefill query_start_loc / seq_order fields).
+            extra = self.vllm_config.additional_config
+            backend = extra.get("kda_prefill_backend") if isinstance(extra, dict) else None
+            if backend in ("triton", "flashinfer", "flashkda"):
+                cfg["prefill_backend"] = backend
         cfg.update(
             chunk_metadata=False,
             use_recoverssm=self.use_recoverssm,
@@ -900,10 +959,32 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
             d["recoverssm_context"] = self._get_recoverssm_context()
         ckpt = d.pop("_checkpoint", None)
         if ckpt is not None:
-            d["checkpoint"] = classes["checkpoint"](
-                checkpoint_offsets=ckpt[0], state_indices=ckpt[1]
-            )
+            if classes["checkpoint"] is classes.get("gdn_checkpoint"):  # vLLM 0.34
+                d["checkpoint"] = self._checkpoint_md(ckpt, d, step, m)
+            else:
+                d["checkpoint"] = classes["checkpoint"](
+                    checkpoint_offsets=ckpt[0], state_indices=ckpt[1]
+                )
         return self._make(d)
+
+    def _checkpoint_rows(self, d, step, qsl):
+        """KDA's checkpoint rows (vLLM 0.34): every row without spec decodes, else the
+        active (non-empty) rows outside the spec mask (drafts >= 0; RecoverSSM: also every
+        active non-prefilling row, and only rows of at most num_spec + 1 tokens)."""
+        n = len(qsl) - 1
+        if d["num_spec_decodes"] == 0:
+            return list(range(n))
+        drafts = step.drafts.tolist()
+        prefilling = step.is_prefilling.tolist() if step.is_prefilling is not None else None
+        rows = []
+        for r in range(n):
+            q = qsl[r + 1] - qsl[r]
+            spec = drafts[r] >= 0
+            if self.use_recoverssm:
+                spec = (spec or (not prefilling[r] and q > 0)) and q <= self.num_spec + 1
+            if not spec and q > 0:
+                rows.append(r)
+        return rows
 
     def update_block_table(self, metadata, blk_table, slot_mapping):
         """Re-gathers every state-index field of this group (spec / non-spec / prefill state
