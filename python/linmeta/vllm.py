@@ -45,6 +45,7 @@ __all__ = [
 NULL_BLOCK_ID = _linmeta.NULL_BLOCK_ID
 _CONV_BLOCK = _linmeta.CONV_BLOCK  # causal-conv1d BLOCK_M, the key of nums_dict
 _FLA_CHUNK_SIZE = _linmeta.FLA_CHUNK_SIZE
+_KDA_CHECKPOINT_ALIGN = 16  # FlashKDA's chunk: kKdaCheckpointAlign (include/linmeta/config.hpp)
 
 # Token capacity when the scheduler config has no max_num_batched_tokens (the oracle's
 # stand-in config): it grows on demand (see _Engine._ensure_native).
@@ -662,9 +663,7 @@ class GDNAttentionMetadataBuilder(_Base):
                     "flashinfer" if self.gdn_prefill_backend == "flashinfer" else "triton"
                 ),
                 chunk_metadata=True,
-                num_prefill_checkpoint_blocks=int(
-                    getattr(spec, "num_prefill_checkpoint_blocks", 0) or 0
-                ),
+                num_prefill_checkpoint_blocks=self._checkpoint_blocks(),
             )
         elif _PROFILE:
             profile = dict(profile=_PROFILE)
@@ -683,6 +682,26 @@ class GDNAttentionMetadataBuilder(_Base):
         )
         cfg.update(profile)
         return cfg
+
+    def _checkpoint_blocks(self) -> int:
+        """kv_cache_spec.num_prefill_checkpoint_blocks as the native builder takes it. vLLM
+        0.34 exports checkpoints on the layer's prefill_checkpoint_alignment grid (none when
+        it is None); linmeta's rules use the grid a vLLM 0.34 engine sets (KDA: FlashKDA's 16;
+        GDN: the Mamba block size) and refuse any other."""
+        spec = self.kv_cache_spec
+        blocks = int(getattr(spec, "num_prefill_checkpoint_blocks", 0) or 0)
+        if _PROFILE != "vllm-0.34" or blocks == 0:
+            return blocks
+        alignment = getattr(spec, "prefill_checkpoint_alignment", None)
+        if alignment is None:
+            return 0
+        expected = _KDA_CHECKPOINT_ALIGN if self._kind == "kda" else int(spec.block_size)
+        if int(alignment) != expected:
+            raise NotImplementedError(
+                f"linmeta: prefill_checkpoint_alignment = {alignment}; the vllm-0.34 rules "
+                f"export {self._kind.upper()} checkpoints on a {expected}-token grid"
+            )
+        return blocks
 
     def _precomputed_aligned(self):
         """MRV2's aligned state indices when this builder reads them, else None.
@@ -894,9 +913,7 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
         cfg.update(
             chunk_metadata=False,
             use_recoverssm=self.use_recoverssm,
-            num_prefill_checkpoint_blocks=int(
-                getattr(self.kv_cache_spec, "num_prefill_checkpoint_blocks", 0) or 0
-            ),
+            num_prefill_checkpoint_blocks=self._checkpoint_blocks(),
         )
         return cfg
 
@@ -936,6 +953,14 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
     def _assemble(self, d, step, m, accepted_dtype):
         if accepted_dtype is not torch.int32:
             _accepted_dtype(d, accepted_dtype, self.use_recoverssm or self._staged_spec(d, m))
+        if self.use_recoverssm and m.num_reqs > self.decode_cudagraph_max_bs:
+            if self._staged_spec(d, m):
+                # RecoverSSM stages up to max_num_seqs rows, into query_start_loc / accepted
+                # buffers of decode_cudagraph_max_bs (+ 1) entries: the reference's slices
+                # [:num_reqs + 1] / [:num_reqs] of them stop at the buffers' ends.
+                cap = self.decode_cudagraph_max_bs
+                d["spec_query_start_loc"] = d["spec_query_start_loc"][: cap + 1]
+                d["num_accepted_tokens"] = d["num_accepted_tokens"][:cap]
         if "_conv" in d:
             self._conv(d, step)
         classes = self._classes

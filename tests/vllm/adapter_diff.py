@@ -157,6 +157,40 @@ def compare_case(case: dict) -> list[str]:
     return diffs
 
 
+def crafted_cases() -> list[dict]:
+    """Rare steps the random stream seldom draws: FULL-graph spec staging of more rows
+    (padding) than decode_cudagraph_max_bs, for GDN, KDA and KDA with RecoverSSM (whose
+    staging takes up to max_num_seqs rows into [decode_cudagraph_max_bs + 1] buffers)."""
+    out = []
+    for kind, recoverssm in (("gdn", False), ("kda", False), ("kda", True)):
+        n_spec, pads = 6, 6
+        n = n_spec + pads
+        qsl = [0]
+        for i in range(n):
+            qsl.append(qsl[-1] + (1 if i < n_spec else 0))
+        seq = [100 + i if i < n_spec else 0 for i in range(n)]
+        out.append({
+            "name": f"crafted/{kind}/staging-past-capture{'-recoverssm' if recoverssm else ''}",
+            "builder": kind,
+            "mode": "build",
+            "config": {
+                "num_spec": 1, "max_num_seqs": 64, "max_num_batched_tokens": 2048,
+                "full_cuda_graph": True, "max_cudagraph_capture_size": 10,
+                "mamba_cache_mode": "none", "block_size": 64,
+                "num_speculative_blocks": 0 if recoverssm else 1, "use_recoverssm": recoverssm,
+                "num_prefill_checkpoint_blocks": 0, "profile": "vllm-0.34",
+            },
+            "step": {
+                "query_start_loc": qsl, "seq_lens": seq, "seq_lens_cpu_upper_bound": seq,
+                "is_prefilling": [False] * n, "num_actual_tokens": qsl[-1],
+                "block_table": [[1000 * i + j + 1 for j in range(4)] for i in range(n)],
+                "num_decode_draft_tokens_cpu": [0 if i < n_spec else -1 for i in range(n)],
+                "num_accepted_tokens": [1] * n,
+            },
+        })
+    return out
+
+
 def _describe(case: dict) -> str:
     c = case["config"]
     keys = ("num_spec", "mamba_cache_mode", "block_size", "prefill_backend", "full_cuda_graph",
@@ -212,6 +246,11 @@ def main() -> int:
             one(case)
         n_eq = sum(equal.values()) - sum(before.values())
         print(f"public cases ({os.path.basename(a.public)}): {n_eq}/{len(cases)} equal")
+    cases = crafted_cases()
+    before = sum(equal.values())
+    for case in cases:
+        one(case)
+    print(f"crafted cases: {sum(equal.values()) - before}/{len(cases)} equal")
     for kind in ("gdn", "kda"):
         rng = random.Random(f"{seed}/{kind}")
         for i in range(a.steps):
