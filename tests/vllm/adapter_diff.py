@@ -113,6 +113,27 @@ def _diff_up_to_ties(ours, ref, name: str, path: str) -> list[str]:
 TIE_ORDERS = [0]  # comparisons where only the order of equal lengths differed
 
 
+COVERAGE: dict[str, int] = {}
+
+
+def _tally(kind: str, ref, groups: int) -> None:
+    """What the reference's group-0 object holds (printed: what the steps exercised)."""
+    if isinstance(ref, Exception):
+        tags = ["raised"]
+    else:
+        md = ref[0]
+        tags = ["groups>1"] if groups > 1 else []
+        tags += [name for name in ("checkpoint", "flashinfer_checkpoint_plan", "recoverssm_commit",
+                                   "flashinfer_prefill_seq_order", "chunk_indices")
+                 if getattr(md, name, None) is not None]
+        if md.num_spec_decodes and md.num_prefills:
+            tags.append("spec+prefill")
+        if getattr(md, "checkpoint", None) is not None and md.num_spec_decodes:
+            tags.append("checkpoint+spec")
+    for t in tags:
+        COVERAGE[f"{kind} {t}"] = COVERAGE.get(f"{kind} {t}", 0) + 1
+
+
 def compare_case(case: dict) -> list[str]:
     """Every difference between the adapter and the wheel on one case (empty: equal)."""
     kind, step = case["builder"], case["step"]
@@ -141,6 +162,7 @@ def compare_case(case: dict) -> list[str]:
     our_b = _builders(ADAPTER[kind], kind, case["config"], objs)
     ref = _run(ref_b, kind, case, per_group, accepted, drafts, True)
     ours = _run(our_b, kind, case, per_group, accepted, drafts, True)
+    _tally(kind, ref, len(per_group))
     check("runner", ref, ours)
     del ref_b, our_b
     if len(per_group) > 1:
@@ -257,6 +279,8 @@ def main() -> int:
             case = util.random_case(rng, kind, profile="vllm-0.34", zero_drafts=a.zero_drafts / 100)
             case["name"] = f"random-{seed}/{kind}/{i}"
             one(case)
+    print("exercised (runner path, group 0 of vLLM's objects): " + ", ".join(
+        f"{k} {n}" for k, n in sorted(COVERAGE.items())))
     for key, n in sorted(failures.items(), key=lambda kv: -kv[1])[:20]:
         print(f"  {n:6d}  {key}")
     summary = (
