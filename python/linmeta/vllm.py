@@ -45,6 +45,7 @@ __all__ = [
 NULL_BLOCK_ID = _linmeta.NULL_BLOCK_ID
 _CONV_BLOCK = _linmeta.CONV_BLOCK  # causal-conv1d BLOCK_M, the key of nums_dict
 _FLA_CHUNK_SIZE = _linmeta.FLA_CHUNK_SIZE
+_KDA_CHECKPOINT_ALIGN = 16  # FlashKDA's chunk: kKdaCheckpointAlign (include/linmeta/config.hpp)
 
 # Token capacity when the scheduler config has no max_num_batched_tokens (the oracle's
 # stand-in config): it grows on demand (see _Engine._ensure_native).
@@ -256,7 +257,10 @@ def metadata_classes(prefer_vllm: bool = True) -> dict:
             kda=kda.KimiK3KDAMetadata,
             commit=kda.KDARecoverSSMCommitMetadata,
             align=kda.KDARecoverSSMAlignMetadata,
-            checkpoint=kda.KDACheckpointMetadata,
+        )
+        # vLLM 0.34's KDA checkpoints are the shared MambaPrefillCheckpointMetadata.
+        out["checkpoint"] = getattr(kda, "KDACheckpointMetadata", None) or out.get(
+            "gdn_checkpoint", out["checkpoint"]
         )
     except Exception:  # noqa: BLE001 - vLLM without Kimi-K3
         pass
@@ -493,7 +497,9 @@ class _Engine:
         qsl_cpu = m.query_start_loc_cpu
         ub = _seq_lens_upper_bound(m)
         s = self.step
-        if s is not None and slot not in s.served:
+        # A builder object registered after this step's launch (slot past its groups) plans
+        # afresh, with a native builder of enough groups.
+        if s is not None and slot not in s.served and slot < len(s.tables):
             stream = _current_stream(self.device)
             # The runner hands every group the same tensor objects: checked in C++.
             d = self.session.step(
@@ -657,9 +663,7 @@ class GDNAttentionMetadataBuilder(_Base):
                     "flashinfer" if self.gdn_prefill_backend == "flashinfer" else "triton"
                 ),
                 chunk_metadata=True,
-                num_prefill_checkpoint_blocks=int(
-                    getattr(spec, "num_prefill_checkpoint_blocks", 0) or 0
-                ),
+                num_prefill_checkpoint_blocks=self._checkpoint_blocks(),
             )
         elif _PROFILE:
             profile = dict(profile=_PROFILE)
@@ -678,6 +682,41 @@ class GDNAttentionMetadataBuilder(_Base):
         )
         cfg.update(profile)
         return cfg
+
+    def _checkpoint_blocks(self) -> int:
+        """kv_cache_spec.num_prefill_checkpoint_blocks as the native builder takes it. vLLM
+        0.34 exports checkpoints on the layer's prefill_checkpoint_alignment grid (none when
+        it is None); linmeta's rules use the grid a vLLM 0.34 engine sets (KDA: FlashKDA's 16;
+        GDN: the Mamba block size) and refuse any other."""
+        spec = self.kv_cache_spec
+        blocks = int(getattr(spec, "num_prefill_checkpoint_blocks", 0) or 0)
+        if _PROFILE != "vllm-0.34" or blocks == 0:
+            return blocks
+        alignment = getattr(spec, "prefill_checkpoint_alignment", None)
+        if alignment is None:
+            return 0
+        expected = _KDA_CHECKPOINT_ALIGN if self._kind == "kda" else int(spec.block_size)
+        if int(alignment) != expected:
+            raise NotImplementedError(
+                f"linmeta: prefill_checkpoint_alignment = {alignment}; the vllm-0.34 rules "
+                f"export {self._kind.upper()} checkpoints on a {expected}-token grid"
+            )
+        return blocks
+
+    def _precomputed_aligned(self):
+        """MRV2's aligned state indices when this builder reads them, else None.
+
+        vllm-0.34 profile: None. There the runner's precompute (compute_aligned_state_indices
+        from the step's seq_lens) is the gather the native align mode makes from the block
+        table, and align mode also gives what the precomputed table cannot: the prefill
+        checkpoints and the RecoverSSM commit's align metadata (both from the block table).
+        KDA requires the precompute in align mode, as vLLM 0.34's builder asserts."""
+        aligned = getattr(self, "mamba_aligned_state_indices", None)
+        if _PROFILE != "vllm-0.34":
+            return aligned
+        if self._kind == "kda" and self._mamba_cache_mode == "align":
+            assert aligned is not None, "Aligned Mamba state indices must be precomputed"
+        return None
 
     def _aligned(self):
         """The engine of MRV2's precomputed aligned state indices: they are the table,
@@ -699,7 +738,7 @@ class GDNAttentionMetadataBuilder(_Base):
         fast_build: bool = False,
     ):
         m = common_attn_metadata
-        aligned = getattr(self, "mamba_aligned_state_indices", None)
+        aligned = self._precomputed_aligned()
         if aligned is None:
             engine, slot, table = self._engine, self._slot, m.block_table_tensor
         else:
@@ -725,7 +764,7 @@ class GDNAttentionMetadataBuilder(_Base):
             f"and number of tokens ({m.num_actual_tokens}) <= "
             f"cudagraph capture sizes ({self.decode_cudagraph_max_bs})."
         )
-        aligned = getattr(self, "mamba_aligned_state_indices", None)
+        aligned = self._precomputed_aligned()
         if aligned is None:
             engine, slot, table = self._engine, self._slot, m.block_table_tensor
         else:
@@ -741,19 +780,23 @@ class GDNAttentionMetadataBuilder(_Base):
         engine, slot = self._engine, self._slot
         if self._mamba_cache_mode == "align":
             assert getattr(self, "mamba_aligned_state_indices", None) is not None
-            blk_table = self.mamba_aligned_state_indices
-            engine, slot = self._aligned()
+            if _PROFILE != "vllm-0.34":
+                blk_table = self.mamba_aligned_state_indices
+                engine, slot = self._aligned()
         d = engine.regather(slot, metadata, blk_table)
         if d is None:
             raise _linmeta.Error(
                 "linmeta: update_block_table takes metadata of the step this engine built last"
             )
-        return dataclasses.replace(
-            metadata,
+        changes = dict(
             spec_state_indices_tensor=d["spec_state_indices_tensor"],
             non_spec_state_indices_tensor=d["non_spec_state_indices_tensor"],
             prefill_state_indices=d["prefill_state_indices"],
         )
+        ckpt = d.get("_checkpoint")
+        if getattr(metadata, "checkpoint", None) is not None and ckpt is not None:
+            changes["checkpoint"] = dataclasses.replace(metadata.checkpoint, state_indices=ckpt[1])
+        return dataclasses.replace(metadata, **changes)
 
     # -- the outputs
 
@@ -788,18 +831,46 @@ class GDNAttentionMetadataBuilder(_Base):
         d["batch_ptr"] = batch_ptr
         d["token_chunk_offset_ptr"] = offset_ptr
 
-    def _checkpoints(self, d):
+    def _checkpoint_md(self, ckpt, d, step, m):
+        """vLLM 0.34's MambaPrefillCheckpointMetadata from linmeta's (checkpoint_offsets,
+        state_indices), with what vLLM's MambaPrefillCheckpointBuilder also puts there: the
+        host lists `offsets` / `query_lens` and the gather indices `request_rows` /
+        `block_cols` (int64, on the device of query_start_loc) of the checkpoint rows (the
+        non-spec rows). `offsets` is read back from checkpoint_offsets (a device-to-host copy
+        on CUDA, only on steps with checkpoints)."""
+        offsets_t, state_indices = ckpt
+        offsets = offsets_t.tolist()
+        qsl = step.qsl_cpu.tolist()
+        ub = _seq_lens_upper_bound(m).tolist()
+        rows = self._checkpoint_rows(d, step, qsl)
+        assert len(rows) == len(offsets)
+        block = int(self.kv_cache_spec.block_size)
+        cols = [-(-ub[r] // block) - 2 if o > 0 else -1 for r, o in zip(rows, offsets)]
+        dev = m.query_start_loc.device
+        return self._classes["gdn_checkpoint"](
+            checkpoint_offsets=offsets_t,
+            state_indices=state_indices,
+            offsets=offsets,
+            query_lens=[qsl[r + 1] - qsl[r] for r in rows],
+            request_rows=torch.tensor(rows, dtype=torch.int64).to(dev, non_blocking=True),
+            block_cols=torch.tensor(cols, dtype=torch.int64).to(dev, non_blocking=True),
+        )
+
+    def _checkpoint_rows(self, d, step, qsl):
+        """GDN's checkpoint rows: every row, or the rows outside the spec mask."""
+        masks = d.get("spec_sequence_masks_cpu")
+        if masks is None:
+            return list(range(len(qsl) - 1))
+        return (~masks).nonzero().flatten().tolist()
+
+    def _checkpoints(self, d, step, m):
         """vLLM 0.34's GDN prefill checkpoint objects (profile vllm-0.34, align mode), when the
-        dataclass has the fields. The host lists (offsets, query_lens) and the regather
-        indices (request_rows, block_cols) of MambaPrefillCheckpointMetadata are not filled:
-        linmeta's update_block_table re-gathers the checkpoint state indices itself."""
+        dataclass has the fields."""
         ckpt = d.pop("_checkpoint", None)
         plan = d.pop("_flashinfer_checkpoint_plan", None)
         classes = self._classes
         if ckpt is not None and "checkpoint" in d and "gdn_checkpoint" in classes:
-            d["checkpoint"] = classes["gdn_checkpoint"](
-                checkpoint_offsets=ckpt[0], state_indices=ckpt[1]
-            )
+            d["checkpoint"] = self._checkpoint_md(ckpt, d, step, m)
         if plan is not None and "flashinfer_checkpoint_plan" in d and "fi_plan" in classes:
             d["flashinfer_checkpoint_plan"] = classes["fi_plan"](
                 every_n_tokens=plan[0], num_checkpoints=plan[1], cu_starts=plan[2], rows=plan[3]
@@ -810,7 +881,7 @@ class GDNAttentionMetadataBuilder(_Base):
             _accepted_dtype(d, accepted_dtype, self._staged_spec(d, m))
         if "_conv" in d:
             self._conv(d, step)
-        self._checkpoints(d)
+        self._checkpoints(d, step, m)
         if self.gdn_prefill_backend == "cutedsl" and d["num_prefills"] > 0:
             d["chunk_indices"], d["chunk_offsets"] = _cutedsl_chunk_metadata(
                 d["prefill_query_start_loc"], d["num_prefill_tokens"]
@@ -831,13 +902,18 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
 
     def _linmeta_config(self) -> dict:
         cfg = super()._linmeta_config()
-        cfg.pop("prefill_backend", None)  # KDA: the native default (FlashKDA)
+        cfg.pop("prefill_backend", None)  # KDA: the native default (FlashKDA) ...
+        if "profile" in cfg and cfg["profile"] == "vllm-0.34":
+            # ... unless vLLM 0.34's additional_config names one (FlashInfer: its own
+            # prefill query_start_loc / seq_order fields).
+            extra = self.vllm_config.additional_config
+            backend = extra.get("kda_prefill_backend") if isinstance(extra, dict) else None
+            if backend in ("triton", "flashinfer", "flashkda"):
+                cfg["prefill_backend"] = backend
         cfg.update(
             chunk_metadata=False,
             use_recoverssm=self.use_recoverssm,
-            num_prefill_checkpoint_blocks=int(
-                getattr(self.kv_cache_spec, "num_prefill_checkpoint_blocks", 0) or 0
-            ),
+            num_prefill_checkpoint_blocks=self._checkpoint_blocks(),
         )
         return cfg
 
@@ -877,6 +953,14 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
     def _assemble(self, d, step, m, accepted_dtype):
         if accepted_dtype is not torch.int32:
             _accepted_dtype(d, accepted_dtype, self.use_recoverssm or self._staged_spec(d, m))
+        if self.use_recoverssm and m.num_reqs > self.decode_cudagraph_max_bs:
+            if self._staged_spec(d, m):
+                # RecoverSSM stages up to max_num_seqs rows, into query_start_loc / accepted
+                # buffers of decode_cudagraph_max_bs (+ 1) entries: the reference's slices
+                # [:num_reqs + 1] / [:num_reqs] of them stop at the buffers' ends.
+                cap = self.decode_cudagraph_max_bs
+                d["spec_query_start_loc"] = d["spec_query_start_loc"][: cap + 1]
+                d["num_accepted_tokens"] = d["num_accepted_tokens"][:cap]
         if "_conv" in d:
             self._conv(d, step)
         classes = self._classes
@@ -900,10 +984,32 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
             d["recoverssm_context"] = self._get_recoverssm_context()
         ckpt = d.pop("_checkpoint", None)
         if ckpt is not None:
-            d["checkpoint"] = classes["checkpoint"](
-                checkpoint_offsets=ckpt[0], state_indices=ckpt[1]
-            )
+            if classes["checkpoint"] is classes.get("gdn_checkpoint"):  # vLLM 0.34
+                d["checkpoint"] = self._checkpoint_md(ckpt, d, step, m)
+            else:
+                d["checkpoint"] = classes["checkpoint"](
+                    checkpoint_offsets=ckpt[0], state_indices=ckpt[1]
+                )
         return self._make(d)
+
+    def _checkpoint_rows(self, d, step, qsl):
+        """KDA's checkpoint rows (vLLM 0.34): every row without spec decodes, else the
+        active (non-empty) rows outside the spec mask (drafts >= 0; RecoverSSM: also every
+        active non-prefilling row, and only rows of at most num_spec + 1 tokens)."""
+        n = len(qsl) - 1
+        if d["num_spec_decodes"] == 0:
+            return list(range(n))
+        drafts = step.drafts.tolist()
+        prefilling = step.is_prefilling.tolist() if step.is_prefilling is not None else None
+        rows = []
+        for r in range(n):
+            q = qsl[r + 1] - qsl[r]
+            spec = drafts[r] >= 0
+            if self.use_recoverssm:
+                spec = (spec or (not prefilling[r] and q > 0)) and q <= self.num_spec + 1
+            if not spec and q > 0:
+                rows.append(r)
+        return rows
 
     def update_block_table(self, metadata, blk_table, slot_mapping):
         """Re-gathers every state-index field of this group (spec / non-spec / prefill state

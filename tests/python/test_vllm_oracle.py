@@ -337,3 +337,43 @@ def test_plugin_entry_point_is_installed():
         else eps.get("vllm.general_plugins", [])
     )
     assert [(e.name, e.value) for e in group] == [("linmeta", "linmeta.vllm_plugin:register")]
+
+
+@pytest.mark.parametrize("kind,recoverssm", [("gdn", False), ("kda", False), ("kda", True)])
+def test_spec_staging_of_more_rows_than_the_capture_size(kind, recoverssm):
+    """FULL-graph spec staging with padding rows past decode_cudagraph_max_bs (10 here):
+    RecoverSSM stages up to max_num_seqs rows, and the reference's query_start_loc / accepted
+    slices stop at the ends of its [decode_cudagraph_max_bs (+ 1)] buffers."""
+    n_spec, n = 6, 12
+    qsl = [0]
+    for i in range(n):
+        qsl.append(qsl[-1] + (1 if i < n_spec else 0))
+    seq = [100 + i if i < n_spec else 0 for i in range(n)]
+    case = {
+        "name": f"staging-past-capture/{kind}/{recoverssm}",
+        "builder": kind,
+        "mode": "build",
+        "config": {
+            "num_spec": 1,
+            "max_num_seqs": 64,
+            "max_num_batched_tokens": 2048,
+            "full_cuda_graph": True,
+            "max_cudagraph_capture_size": 10,
+            "mamba_cache_mode": "none",
+            "block_size": 64,
+            "num_speculative_blocks": 0 if recoverssm else 1,
+            "use_recoverssm": recoverssm,
+            "num_prefill_checkpoint_blocks": 0,
+        },
+        "step": {
+            "query_start_loc": qsl,
+            "seq_lens": seq,
+            "seq_lens_cpu_upper_bound": seq,
+            "is_prefilling": [False] * n,
+            "num_actual_tokens": qsl[-1],
+            "block_table": [[1000 * i + j + 1 for j in range(4)] for i in range(n)],
+            "num_decode_draft_tokens_cpu": [0 if i < n_spec else -1 for i in range(n)],
+            "num_accepted_tokens": [1] * n,
+        },
+    }
+    assert check(case) == []

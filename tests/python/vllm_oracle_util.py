@@ -100,6 +100,13 @@ def diff(ours, ref, path="md", skip=()):
         if type(ours) is not type(ref) or ours != ref:
             out.append(f"{path}: {ours!r} ({type(ours).__name__}) vs reference {ref!r}")
         return out
+    if isinstance(ref, (list, tuple)):
+        if type(ours) is not type(ref) or len(ours) != len(ref):
+            out.append(f"{path}: {ours!r:.80} vs reference {ref!r:.80}")
+            return out
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            out += diff(a, b, f"{path}[{i}]", skip)
+        return out
     if isinstance(ref, dict):
         if list(ours.keys()) != list(ref.keys()):
             out.append(f"{path}: keys {list(ours.keys())} vs reference {list(ref.keys())}")
@@ -238,13 +245,14 @@ def independent_reference(seeds, runner, case, group, device="cpu"):
 # ------------------------------------------------------------------------- random steps
 
 
-def random_config(rng: random.Random, kind: str) -> dict:
-    """A case config with tests/random_step.hpp's random_config distribution."""
+def random_config(rng: random.Random, kind: str, profile: str | None = None) -> dict:
+    """A case config with tools/common/random_step.hpp's random_config distribution
+    (profile "vllm-0.34": its make_vllm034 on top)."""
     num_spec = rng.choice([0, 1, 2, 3, 7])
     max_num_seqs = rng.choice([4, 16, 64, 256])
     cap = rng.randint(1, 512) if rng.random() < 0.3 else None
     use_recoverssm = kind == "kda" and num_spec > 0 and rng.random() < 0.5
-    return {
+    c = {
         "num_spec": num_spec,
         "max_num_seqs": max_num_seqs,
         "max_num_batched_tokens": rng.choice([2048, 8192]),
@@ -256,6 +264,30 @@ def random_config(rng: random.Random, kind: str) -> dict:
         "use_recoverssm": use_recoverssm,
         "num_prefill_checkpoint_blocks": (1 if rng.random() < 0.5 else 0) if kind == "kda" else 0,
     }
+    if profile == "vllm-0.34":
+        _make_vllm034(rng, kind, c)
+    return c
+
+
+def _make_vllm034(rng: random.Random, kind: str, c: dict) -> None:
+    """random_step.hpp's make_vllm034: no "all" cache mode, a prefill backend, checkpoints
+    only where that backend exports them (KDA: FlashKDA; GDN: FlashInfer in align mode,
+    64-aligned blocks)."""
+    c["profile"] = "vllm-0.34"
+    if c["mamba_cache_mode"] == "all":
+        c["mamba_cache_mode"] = "align"
+    if kind == "gdn":
+        c["prefill_backend"] = "flashinfer" if rng.random() < 0.5 else "triton"
+        exports = (
+            c["prefill_backend"] == "flashinfer"
+            and c["mamba_cache_mode"] == "align"
+            and c["block_size"] % 64 == 0
+        )
+        c["num_prefill_checkpoint_blocks"] = 1 if exports and rng.random() < 0.7 else 0
+    else:
+        c["prefill_backend"] = rng.choice(["triton", "flashinfer", "flashkda"])
+        if c["prefill_backend"] != "flashkda":
+            c["num_prefill_checkpoint_blocks"] = 0
 
 
 def _graph_bs(c):
@@ -265,9 +297,20 @@ def _graph_bs(c):
     return d
 
 
-def random_case(rng: random.Random, kind: str, max_groups=4, max_prefill_len=3000) -> dict:
-    """A random valid step as a case dict (tests/random_step.hpp's random_step)."""
-    c = random_config(rng, kind)
+def random_case(
+    rng: random.Random,
+    kind: str,
+    max_groups=4,
+    max_prefill_len=3000,
+    profile: str | None = None,
+    zero_drafts: float = 0.0,
+) -> dict:
+    """A random valid step as a case dict (tools/common/random_step.hpp's random_step).
+    profile "vllm-0.34": that profile's configs and steps (prefills resuming on a block
+    boundary, resumed non-prefilling rows); zero_drafts: the probability that every spec
+    row drafts 0 tokens (0 draws nothing: the stream stays as it was)."""
+    c = random_config(rng, kind, profile)
+    v034 = profile == "vllm-0.34"
     k, D = c["num_spec"], _graph_bs(c)
     capture = c["full_cuda_graph"] and rng.random() < 0.1 and D >= k + 1
     max_rows = min(c["max_num_seqs"], D // (k + 1)) if capture else c["max_num_seqs"]
@@ -296,12 +339,13 @@ def random_case(rng: random.Random, kind: str, max_groups=4, max_prefill_len=300
 
     q = [0] * n
     drafts = [-1] * n
+    no_drafts = zero_drafts > 0 and rng.random() < zero_drafts
     fixed = 0
     for i, role in enumerate(roles):
         if role in ("decode", "prefill"):
             q[i] = 1
         if role == "spec":
-            drafts[i] = rng.randint(0 if rng.random() < 0.1 else min(1, k), k)
+            drafts[i] = 0 if no_drafts else rng.randint(0 if rng.random() < 0.1 else min(1, k), k)
             q[i] = drafts[i] + 1
         fixed += q[i]
     cap = D if capture else c["max_num_batched_tokens"]
@@ -328,12 +372,19 @@ def random_case(rng: random.Random, kind: str, max_groups=4, max_prefill_len=300
             computed = 0
         if role == "decode" and rng.random() < 0.05:
             computed = 0
+        # vllm-0.34 checkpoints need prefills that resume on a block boundary.
+        if v034 and role == "prefill" and computed > 0 and rng.random() < 0.4:
+            computed = c["block_size"] * rng.randint(1, 8)
         seq = 0 if role == "pad" else computed + q[i]
         ub.append(seq)
         lag = rng.randint(0, q[i] - 1) if role == "spec" and rng.random() < 0.3 else 0
         seq_lens.append(seq - lag)
         accepted.append(rng.randint(1, q[i]) if role == "spec" else 1)
-        prefilling.append(role == "prefill" or (role == "decode" and rng.random() < 0.05))
+        is_prefilling = role == "prefill" or (role == "decode" and rng.random() < 0.05)
+        # A resumed request recomputing past its prompt: long, yet not prefilling.
+        if v034 and role == "prefill" and computed > 0 and rng.random() < 0.1:
+            is_prefilling = False
+        prefilling.append(is_prefilling)
     num_actual = min(cap, qsl[-1] + (rng.randint(0, 16) if rng.random() < 0.3 else 0))
 
     bs = c["block_size"]
