@@ -242,7 +242,9 @@ void Packer::cumsums_and_accepted() {
   const int32_t N = p_.num_spec_decodes;
   if (p_.path != Path::NoSpec) {
     const bool st = p_.stage_spec;
-    const int32_t rows = st ? (kda_ ? B : std::min(B, D)) : N;
+    // Staged: the reference slices [:B + 1] / [:B] of [D + 1] / [D] buffers, also where KDA
+    // RecoverSSM stages more than D rows of state indices (N <= D: every spec row has tokens).
+    const int32_t rows = st ? std::min(B, D) : N;
     emit(Out::SpecQueryStartLoc, st, rows + 1,
          CopyValues{.src = sp_qsl_, .n_real = N + 1, .add = 0});
     emit(Out::NumAcceptedTokens, st, rows, AcceptedCounts{.rows = sp_rows_, .n_real = N});

@@ -953,14 +953,6 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
     def _assemble(self, d, step, m, accepted_dtype):
         if accepted_dtype is not torch.int32:
             _accepted_dtype(d, accepted_dtype, self.use_recoverssm or self._staged_spec(d, m))
-        if self.use_recoverssm and m.num_reqs > self.decode_cudagraph_max_bs:
-            if self._staged_spec(d, m):
-                # RecoverSSM stages up to max_num_seqs rows, into query_start_loc / accepted
-                # buffers of decode_cudagraph_max_bs (+ 1) entries: the reference's slices
-                # [:num_reqs + 1] / [:num_reqs] of them stop at the buffers' ends.
-                cap = self.decode_cudagraph_max_bs
-                d["spec_query_start_loc"] = d["spec_query_start_loc"][: cap + 1]
-                d["num_accepted_tokens"] = d["num_accepted_tokens"][:cap]
         if "_conv" in d:
             self._conv(d, step)
         classes = self._classes

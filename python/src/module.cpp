@@ -153,31 +153,15 @@ const char* kBuildDoc =
 
 template <class Cls>
 void def_build_methods(Cls& cls) {
-  auto step_args = [](nb::handle qsl_cpu, nb::handle seq_lens, nb::handle ub, nb::handle nat,
-                      nb::handle qsl, nb::handle ip, nb::handle drafts, nb::handle accepted,
-                      nb::handle num_reqs, nb::handle stream) {
-    StepArgs a;
-    a.query_start_loc_cpu = qsl_cpu;
-    a.seq_lens = seq_lens;
-    a.seq_lens_cpu_upper_bound = ub;
-    a.num_actual_tokens = nat;
-    a.query_start_loc = qsl;
-    a.is_prefilling = ip;
-    a.num_decode_draft_tokens_cpu = drafts;
-    a.num_accepted_tokens = accepted;
-    a.num_reqs = num_reqs;
-    a.stream = stream;
-    return a;
-  };
 #define LINMETA_STEP_PARAMS                                                                        \
   nb::handle query_start_loc_cpu, nb::handle seq_lens, nb::handle seq_lens_cpu_upper_bound,        \
       nb::handle num_actual_tokens, nb::handle query_start_loc, nb::handle is_prefilling,          \
       nb::handle num_decode_draft_tokens_cpu, nb::handle num_accepted_tokens, nb::handle num_reqs, \
       nb::handle stream
-#define LINMETA_STEP_ARGS                                                                     \
-  step_args(query_start_loc_cpu, seq_lens, seq_lens_cpu_upper_bound, num_actual_tokens,       \
-            query_start_loc, is_prefilling, num_decode_draft_tokens_cpu, num_accepted_tokens, \
-            num_reqs, stream)
+#define LINMETA_STEP_ARGS                                                                          \
+  make_step_args(query_start_loc_cpu, seq_lens, seq_lens_cpu_upper_bound, num_actual_tokens,       \
+                 query_start_loc, is_prefilling, num_decode_draft_tokens_cpu, num_accepted_tokens, \
+                 num_reqs, stream)
 #define LINMETA_STEP_NAMES                                                                  \
   "query_start_loc_cpu"_a.none(), "seq_lens"_a.none(), "seq_lens_cpu_upper_bound"_a.none(), \
       "num_actual_tokens"_a,                                                                \
@@ -188,15 +172,13 @@ void def_build_methods(Cls& cls) {
 
   cls.def(
       "build",
-      [step_args](nb::pointer_and_handle<PyBuilder> self, nb::handle block_table,
-                  LINMETA_STEP_PARAMS) {
+      [](nb::pointer_and_handle<PyBuilder> self, nb::handle block_table, LINMETA_STEP_PARAMS) {
         return build_one(self, LINMETA_STEP_ARGS, block_table, false);
       },
       nb::kw_only(), "block_table"_a.none(), LINMETA_STEP_NAMES, kBuildDoc);
   cls.def(
       "build_for_cudagraph_capture",
-      [step_args](nb::pointer_and_handle<PyBuilder> self, nb::handle block_table,
-                  LINMETA_STEP_PARAMS) {
+      [](nb::pointer_and_handle<PyBuilder> self, nb::handle block_table, LINMETA_STEP_PARAMS) {
         return build_one(self, LINMETA_STEP_ARGS, block_table, true);
       },
       nb::kw_only(), "block_table"_a.none(), LINMETA_STEP_NAMES,
@@ -205,8 +187,7 @@ void def_build_methods(Cls& cls) {
       "normal build. Requires num_reqs and num_actual_tokens <= decode_cudagraph_max_bs.");
   cls.def(
       "build_groups",
-      [step_args](nb::pointer_and_handle<PyBuilder> self, nb::handle block_tables,
-                  LINMETA_STEP_PARAMS) {
+      [](nb::pointer_and_handle<PyBuilder> self, nb::handle block_tables, LINMETA_STEP_PARAMS) {
         return build_groups(self, LINMETA_STEP_ARGS, block_tables, false);
       },
       nb::kw_only(), "block_tables"_a.none(), LINMETA_STEP_NAMES,
@@ -214,8 +195,7 @@ void def_build_methods(Cls& cls) {
       "(len(block_tables) == num_groups). Returns a list with one Metadata per group.");
   cls.def(
       "build_groups_for_cudagraph_capture",
-      [step_args](nb::pointer_and_handle<PyBuilder> self, nb::handle block_tables,
-                  LINMETA_STEP_PARAMS) {
+      [](nb::pointer_and_handle<PyBuilder> self, nb::handle block_tables, LINMETA_STEP_PARAMS) {
         return build_groups(self, LINMETA_STEP_ARGS, block_tables, true);
       },
       nb::kw_only(), "block_tables"_a.none(), LINMETA_STEP_NAMES,

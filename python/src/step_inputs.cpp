@@ -17,6 +17,25 @@ void check_length(const ImportedArray& a, const char* name, int64_t need, bool e
 
 }  // namespace
 
+StepArgs make_step_args(nb::handle query_start_loc_cpu, nb::handle seq_lens,
+                        nb::handle seq_lens_cpu_upper_bound, nb::handle num_actual_tokens,
+                        nb::handle query_start_loc, nb::handle is_prefilling,
+                        nb::handle num_decode_draft_tokens_cpu, nb::handle num_accepted_tokens,
+                        nb::handle num_reqs, nb::handle stream) {
+  StepArgs a;
+  a.query_start_loc_cpu = query_start_loc_cpu;
+  a.seq_lens = seq_lens;
+  a.seq_lens_cpu_upper_bound = seq_lens_cpu_upper_bound;
+  a.num_actual_tokens = num_actual_tokens;
+  a.query_start_loc = query_start_loc;
+  a.is_prefilling = is_prefilling;
+  a.num_decode_draft_tokens_cpu = num_decode_draft_tokens_cpu;
+  a.num_accepted_tokens = num_accepted_tokens;
+  a.num_reqs = num_reqs;
+  a.stream = stream;
+  return a;
+}
+
 Stream parse_stream(nb::handle s) {
   if (!s.is_valid() || s.is_none()) return nullptr;
   nb::handle v = s;

@@ -51,6 +51,13 @@ struct PreparedStep {
   Stream stream = nullptr;
 };
 
+/// The step's arguments in the order of every binding's keyword list.
+StepArgs make_step_args(nb::handle query_start_loc_cpu, nb::handle seq_lens,
+                        nb::handle seq_lens_cpu_upper_bound, nb::handle num_actual_tokens,
+                        nb::handle query_start_loc, nb::handle is_prefilling,
+                        nb::handle num_decode_draft_tokens_cpu, nb::handle num_accepted_tokens,
+                        nb::handle num_reqs, nb::handle stream);
+
 /// `stream`: None, an int cudaStream_t handle (0 = legacy default stream) or an
 /// object with a `cuda_stream` attribute (torch.cuda.Stream).
 Stream parse_stream(nb::handle s);

@@ -409,18 +409,9 @@ void bind_vllm_session(nb::module_& m) {
              nb::handle num_actual_tokens, nb::handle qsl, nb::handle is_prefilling,
              nb::handle drafts, nb::handle accepted, nb::handle num_reqs, nb::handle stream,
              nb::handle tables, bool capture, int32_t group) {
-            StepArgs a;
-            a.query_start_loc_cpu = qsl_cpu;
-            a.seq_lens = seq_lens;
-            a.seq_lens_cpu_upper_bound = ub;
-            a.num_actual_tokens = num_actual_tokens;
-            a.query_start_loc = qsl;
-            a.is_prefilling = is_prefilling;
-            a.num_decode_draft_tokens_cpu = drafts;
-            a.num_accepted_tokens = accepted;
-            a.num_reqs = num_reqs;
-            a.stream = stream;
-            return s.build(a, tables, capture, group);
+            return s.build(make_step_args(qsl_cpu, seq_lens, ub, num_actual_tokens, qsl,
+                                          is_prefilling, drafts, accepted, num_reqs, stream),
+                           tables, capture, group);
           },
           "query_start_loc_cpu"_a.none(), "seq_lens"_a.none(), "seq_lens_cpu_upper_bound"_a.none(),
           "num_actual_tokens"_a, "query_start_loc"_a.none(), "is_prefilling"_a.none(),
@@ -432,18 +423,9 @@ void bind_vllm_session(nb::module_& m) {
              nb::handle num_actual_tokens, nb::handle qsl, nb::handle is_prefilling,
              nb::handle drafts, nb::handle accepted, nb::handle num_reqs, nb::handle stream,
              nb::handle table, bool capture, int32_t group) {
-            StepArgs a;
-            a.query_start_loc_cpu = qsl_cpu;
-            a.seq_lens = seq_lens;
-            a.seq_lens_cpu_upper_bound = ub;
-            a.num_actual_tokens = num_actual_tokens;
-            a.query_start_loc = qsl;
-            a.is_prefilling = is_prefilling;
-            a.num_decode_draft_tokens_cpu = drafts;
-            a.num_accepted_tokens = accepted;
-            a.num_reqs = num_reqs;
-            a.stream = stream;
-            return s.step(a, table, capture, group);
+            return s.step(make_step_args(qsl_cpu, seq_lens, ub, num_actual_tokens, qsl,
+                                         is_prefilling, drafts, accepted, num_reqs, stream),
+                          table, capture, group);
           },
           "query_start_loc_cpu"_a.none(), "seq_lens"_a.none(), "seq_lens_cpu_upper_bound"_a.none(),
           "num_actual_tokens"_a, "query_start_loc"_a.none(), "is_prefilling"_a.none(),

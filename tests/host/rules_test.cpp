@@ -821,5 +821,31 @@ TEST(KdaCheckpoint, RecoverSsmWithOnlyPrefillsUsesEveryRow) {
   EXPECT_EQ(vec(m.checkpoint->state_indices), (Ints{100, 0, 0}));
 }
 
+// FULL-graph spec staging of more rows than decode_cudagraph_max_bs (D = 10): RecoverSSM
+// stages max_num_seqs rows of state indices, but the reference's query_start_loc / accepted
+// slices [:B + 1] / [:B] stop at the ends of its [D + 1] / [D] buffers.
+TEST(Staging, KdaRecoverSsmRowsPastTheCaptureSizeKeepTheBufferSlices) {
+  Config c = kda_config(1, /*recoverssm=*/true);
+  c.max_num_seqs = 64;
+  c.max_num_batched_tokens = 2048;
+  c.full_cuda_graph = true;
+  c.max_cudagraph_capture_size = 10;
+  c.block_size = 64;
+  ASSERT_EQ(c.decode_cudagraph_max_bs(), 10);
+  KdaMetadataBuilder b(c, testing::host_options());
+  HostStep s;
+  s.lens({1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0})
+      .seq({100, 101, 102, 103, 104, 105, 0, 0, 0, 0, 0, 0})
+      .prefilling({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+      .draft_counts({0, 0, 0, 0, 0, 0, -1, -1, -1, -1, -1, -1})
+      .accepted_counts({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1})
+      .iota_table(4);
+  const Metadata& m = b.build(s.step());
+  EXPECT_EQ(m.num_spec_decodes, 6);
+  EXPECT_EQ(m.spec_state_indices_tensor.rows, 12);
+  EXPECT_EQ(vec(m.spec_query_start_loc), (Ints{0, 1, 2, 3, 4, 5, 6, 6, 6, 6, 6}));
+  EXPECT_EQ(vec(m.num_accepted_tokens), (Ints(10, 1)));
+}
+
 }  // namespace
 }  // namespace linmeta
