@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The Python package on a GPU machine whose python3 already holds torch (e.g. the H200 image):
+# builds the extension with CMake into a build folder (no pip, no downloads), then runs the
+# Python tests (CUDA ones included) and the vLLM adapter bench on CUDA tensors.
+#
+#   scripts/gpu-python.sh [BUILD_DIR]          (default: build/gpu-python)
+#
+# Needs nvcc, CMake, ninja, nanobind and pytest for that python3, and fmt's CMake package
+# (-Dfmt_DIR through LINMETA_CMAKE_ARGS when it is not installed). The seed oracle for the
+# adapter tests and the bench's seed column: ../shared/oracle, or LINMETA_ORACLE_DIR.
+# Output: OUT (default: a temporary folder) gets pytest.txt, vllm-bench.txt / .json.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+build=${1:-build/gpu-python}
+out=${OUT:-$(mktemp -d -t linmeta-gpu-python.XXXXXX)}
+mkdir -p "$out"
+python=$(command -v python3)
+read -r -a extra <<<"${LINMETA_CMAKE_ARGS:-}"
+
+echo "== building the extension into $build (log: $out/py-build.log)"
+if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINMETA_BUILD_PYTHON=ON \
+  -DLINMETA_BUILD_TESTS=OFF -DLINMETA_BUILD_TOOLS=OFF -DPython_EXECUTABLE="$python" \
+  "${extra[@]}" && cmake --build "$build"; } >"$out/py-build.log" 2>&1; then
+  tail -30 "$out/py-build.log"
+  exit 1
+fi
+export PYTHONPATH=$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+
+echo "== pytest tests/python"
+"$python" -m pytest tests/python -q -p no:cacheprovider 2>&1 | tee "$out/pytest.txt" | tail -15
+status=${PIPESTATUS[0]}
+
+echo "== bench/python/bench_vllm.py --device cuda"
+"$python" bench/python/bench_vllm.py --device cuda --json "$out/vllm-bench.json" 2>&1 |
+  tee "$out/vllm-bench.txt" | tail -25
+exit "$status"
