@@ -24,7 +24,8 @@ if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINMETA_BUIL
   tail -30 "$out/py-build.log"
   exit 1
 fi
-export PYTHONPATH=$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+[[ $build == /* ]] || build=$PWD/$build
+export PYTHONPATH=$build/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 
 echo "== pytest tests/python"
 "$python" -m pytest tests/python -q -p no:cacheprovider 2>&1 | tee "$out/pytest.txt" | tail -15

@@ -535,7 +535,14 @@ class _Engine:
         if _PREFETCH_TABLES and s is not None:
             for g in range(groups):
                 cand = s.tables[g] if g < len(s.tables) else None
-                if g != slot and cand is not None and cand.shape[0] >= m.num_reqs:
+                # A table at least as large as this group's (rows and columns): the gather's
+                # width check cannot fail on it where it passes on this group's own table.
+                if (
+                    g != slot
+                    and cand is not None
+                    and cand.shape[0] >= m.num_reqs
+                    and cand.shape[1] >= table.shape[1]
+                ):
                     tables[g] = cand
         d = self.session.build(
             qsl_cpu,

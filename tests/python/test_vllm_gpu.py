@@ -75,8 +75,9 @@ FULL_FIELDS = (
 @pytest.mark.parametrize("groups", [1, 3])
 def test_cuda_graph_reads_full_graph_outputs_across_builds(groups):
     """A graph captured once copies each group's FULL-graph outputs; replayed after every
-    later build (new tables, accepted counts, draft counts of the same batch size) it sees
-    that build's values — the seed's for the same step."""
+    later build of the same shape (the batch a graph is captured for: same rows and draft
+    counts; new tables, sequence lengths and accepted counts) it sees that build's values —
+    the seed's for the same step."""
     rng = random.Random(7)
     k, rows = 3, 24
     config = {
@@ -88,8 +89,9 @@ def test_cuda_graph_reads_full_graph_outputs_across_builds(groups):
     ours = [LV.GDNAttentionMetadataBuilder(s, n, vc, torch.device(DEV)) for s, n, vc in objs]
     refs = [SEEDS.gdn.GDNAttentionMetadataBuilder(s, n, vc, torch.device(DEV)) for s, n, vc in objs]
 
+    drafts = [rng.randint(1, k) for _ in range(rows - 2)] + [-1, -1]  # 2 padding rows
+
     def make_step():
-        drafts = [rng.randint(1, k) for _ in range(rows - 2)] + [-1, -1]  # 2 padding rows
         ql = [d + 1 for d in drafts[:-2]] + [0, 0]
         qsl = [0]
         for q in ql:

@@ -85,6 +85,37 @@ def test_random_steps():
     assert counts["groups"] > RANDOM_STEPS // 5 and counts["capture"] > 0, counts
 
 
+def test_table_prefetch_skips_a_narrower_table_of_the_last_step(monkeypatch):
+    """LINMETA_VLLM_PREFETCH_TABLES: the first group's launch gathers every group from the
+    table that group used the step before. When this step's tables are wider (longer
+    sequences, align mode), last step's narrower table must not be used (it would fail the
+    gather's width check)."""
+    monkeypatch.setattr(LV, "_PREFETCH_TABLES", True)
+
+    def step_case(seq_len, width):
+        tables = [[[100 * g + 10 * r + c for c in range(width)] for r in range(2)] for g in range(2)]
+        return {
+            "name": f"prefetch/{seq_len}",
+            "builder": "gdn",
+            "mode": "build",
+            "config": {
+                "num_spec": 0, "max_num_seqs": 8, "max_num_batched_tokens": 256,
+                "full_cuda_graph": False, "max_cudagraph_capture_size": None,
+                "mamba_cache_mode": "align", "block_size": 16, "num_speculative_blocks": 0,
+                "use_recoverssm": False, "num_prefill_checkpoint_blocks": 0,
+            },
+            "step": {
+                "query_start_loc": [0, 1, 2], "seq_lens": [seq_len, seq_len],
+                "seq_lens_cpu_upper_bound": [seq_len, seq_len], "is_prefilling": [False, False],
+                "num_actual_tokens": 2, "block_table": tables[0], "groups": tables,
+                "num_accepted_tokens": None, "num_decode_draft_tokens_cpu": None,
+            },
+        }
+
+    assert check(step_case(20, 4)) == []
+    assert check(step_case(300, 24)) == []
+
+
 def test_seed_error_cases():
     """Valid steps the seed rejects: the RecoverSSM capacity error is a ValueError on both
     sides; where the seed hits its UnboundLocalError, linmeta.vllm answers with every row
