@@ -91,7 +91,8 @@ class MetadataBuilder::Impl {
                               options_.num_groups));
     const StepPlan& plan = plans_[current_];
     if (m.num_actual_tokens != plan.num_actual_tokens || m.num_prefills != plan.num_prefills ||
-        m.num_decodes != plan.num_decodes || m.num_spec_decodes != plan.num_spec_decodes)
+        m.num_decodes != plan.num_decodes || m.num_spec_decodes != plan.num_spec_decodes ||
+        m.checkpoint.has_value() != plan.checkpoint)
       throw Error("linmeta: update_block_table takes metadata of the builder's last built step");
     const std::array<BlockTable, 1> one{table};
     validate_tables(one);

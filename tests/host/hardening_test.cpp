@@ -284,5 +284,29 @@ TEST(Hardening, NullAcceptedCountsStillRejectedWhereTheyAreRead) {
   }
 }
 
+TEST(Hardening, UpdateBlockTableRejectsMetadataOfAnotherStepWithTheSameCounts) {
+  // Fuzz finding: metadata of an earlier step with the same counts but prefill checkpoints
+  // (the last step has none) made update_block_table read a disengaged optional.
+  Config c;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 1024;
+  c.mamba_cache_mode = CacheMode::Align;
+  c.block_size = 16;
+  c.chunk_metadata = false;
+  c.num_prefill_checkpoint_blocks = 1;
+  KdaMetadataBuilder b(c, testing::host_options());
+  HostStep with;  // (52 / 16) * 16 - (52 - 20) = 16: a checkpoint 16 tokens into the row
+  with.lens({20}).seq({52}).prefilling({1}).iota_table(8);
+  const Metadata earlier = b.build(with.step());
+  ASSERT_TRUE(earlier.checkpoint.has_value());
+  HostStep without;  // offset 12 is not on the 16-token grid: no checkpoint
+  without.lens({20}).seq({40}).prefilling({1}).iota_table(8);
+  const Metadata last = b.build(without.step());
+  ASSERT_FALSE(last.checkpoint.has_value());
+  ASSERT_EQ(last.num_prefills, earlier.num_prefills);
+  ASSERT_EQ(last.num_actual_tokens, earlier.num_actual_tokens);
+  expect_error([&] { b.update_block_table(earlier, without.block_table()); }, {"last built step"});
+}
+
 }  // namespace
 }  // namespace linmeta
