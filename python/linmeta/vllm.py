@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import os
 import threading
 import weakref
@@ -354,14 +355,20 @@ def _conv_host_lists(nums_view, tot):
     return nums, mlist, offsetlist
 
 
-def _current_stream(device: torch.device) -> int:
+def _stream_reader(device: torch.device):
+    """A function of no arguments that returns the raw handle of torch's current stream on
+    `device` (0 off CUDA). The device index is resolved here when `device` names one (vLLM's
+    do), so a call is one C function call."""
     if device.type != "cuda":
-        return 0
-    idx = device.index if device.index is not None else torch.cuda.current_device()
+        return lambda: 0
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if device.index is not None:
+        if raw is not None:
+            return functools.partial(raw, device.index)
+        return lambda: torch.cuda.current_stream(device.index).cuda_stream
     if raw is not None:
-        return raw(idx)
-    return torch.cuda.current_stream(idx).cuda_stream
+        return lambda: raw(torch.cuda.current_device())
+    return lambda: torch.cuda.current_stream().cuda_stream
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,6 +425,7 @@ class _Engine:
         self.kind = kind
         self.config = dict(config)
         self.device = device
+        self.current_stream = _stream_reader(device)
         self.cls = cls
         self.token_capacity = config["max_num_batched_tokens"] or _DEFAULT_TOKEN_CAPACITY
         self.grow = config["max_num_batched_tokens"] is None
@@ -500,7 +508,7 @@ class _Engine:
         # A builder object registered after this step's launch (slot past its groups) plans
         # afresh, with a native builder of enough groups.
         if s is not None and slot not in s.served and slot < len(s.tables):
-            stream = _current_stream(self.device)
+            stream = self.current_stream()
             # The runner hands every group the same tensor objects: checked in C++.
             d = self.session.step(
                 qsl_cpu,
@@ -554,7 +562,7 @@ class _Engine:
             drafts,
             accepted,
             m.num_reqs,
-            _current_stream(self.device),
+            self.current_stream(),
             tables,
             capture,
             slot,
@@ -576,7 +584,7 @@ class _Engine:
         if s is None or self.session is None or s.num_actual_tokens != metadata.num_actual_tokens:
             return None
         try:
-            return self.session.serve(slot, table, _current_stream(self.device))
+            return self.session.serve(slot, table, self.current_stream())
         except _linmeta.Error:
             return None
 
