@@ -35,6 +35,9 @@ struct Array {
   int32_t ndim = 1;  ///< 1 or 2
   bool present = false;
 
+#if __cplusplus >= 202002L  // the CUDA kernels compile this header as C++17
+  bool operator==(const Array&) const = default;
+#endif
   [[nodiscard]] int64_t size() const { return rows * cols; }
   [[nodiscard]] int64_t bytes() const { return size() * dtype_size(dtype); }
   explicit operator bool() const { return present; }

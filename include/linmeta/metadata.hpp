@@ -16,12 +16,16 @@ struct Conv1dMetadata {
   Array nums;                    ///< host memory, int32: programs per sequence
   Array batch_ptr;               ///< int32 [capacity], PAD_SLOT_ID past tot
   Array token_chunk_offset_ptr;  ///< int32 [capacity], PAD_SLOT_ID past tot
+
+  bool operator==(const Conv1dMetadata&) const = default;
 };
 
 struct RecoverSsmAlign {
   BlockTable block_table;     ///< the step's raw block table (caller memory)
   Array num_computed_tokens;  ///< int32 [num_reqs]
   int32_t block_size = 0;
+
+  bool operator==(const RecoverSsmAlign&) const = default;
 };
 
 struct RecoverSsmCommit {
@@ -29,11 +33,15 @@ struct RecoverSsmCommit {
   Array query_start_loc;                 ///< = spec_query_start_loc
   Array request_indices;                 ///< int32, mixed path only
   std::optional<RecoverSsmAlign> align;  ///< align mode only
+
+  bool operator==(const RecoverSsmCommit&) const = default;
 };
 
 struct Checkpoint {
   Array checkpoint_offsets;  ///< int32 [non-spec rows]
   Array state_indices;       ///< int32 [non-spec rows]
+
+  bool operator==(const Checkpoint&) const = default;
 };
 
 /// vllm-0.34, GDN with the FlashInfer prefill backend: where its prefill kernel emits
@@ -43,6 +51,8 @@ struct FlashInferCheckpointPlan {
   int32_t num_checkpoints = 0;
   Array cu_starts;  ///< int64 [prefill sequences + 1]
   Array rows;       ///< int64 [checkpoint rows]
+
+  bool operator==(const FlashInferCheckpointPlan&) const = default;
 };
 
 /// The counts of a step (SPEC §9).
@@ -54,6 +64,8 @@ struct StepCounts {
   int32_t num_spec_decodes = 0;
   int32_t num_spec_decode_tokens = 0;
   int32_t num_actual_tokens = 0;  ///< padded token count of the step
+
+  bool operator==(const StepCounts&) const = default;
 };
 
 /// GDN and KDA metadata; KDA-only fields stay absent for GDN and vice versa.
@@ -91,6 +103,9 @@ struct Metadata : StepCounts {
 
   /// Memory the array views point to.
   Target target = Target::Host;
+
+  /// Equal counts and the same views (memory, shape, dtype): not the arrays' contents.
+  bool operator==(const Metadata&) const = default;
 };
 
 using GdnMetadata = Metadata;

@@ -13,6 +13,8 @@ struct BlockTable {
   const int32_t* data = nullptr;
   int32_t width = 0;
   int64_t row_stride = 0;
+
+  bool operator==(const BlockTable&) const = default;
 };
 
 /// One scheduler step. Host spans are read during build() only; "device" pointers

@@ -341,6 +341,8 @@ def _accepted_dtype(d, accepted_dtype, staged):
         d["num_accepted_tokens"] = acc.to(accepted_dtype)
 
 
+_INT32 = torch.int32
+
 _MASK_RING_SLOTS = 8  # host spec-mask rows cycled by builds (spec_sequence_masks_cpu)
 
 
@@ -375,51 +377,9 @@ def _stream_reader(device: torch.device):
 # One native builder shared by the builder objects (KV-cache groups) of an engine
 
 
-class _Step:
-    """What the first group's call of a step saw; later groups must see the same."""
-
-    __slots__ = (
-        "qsl_cpu",
-        "qsl",
-        "seq_lens",
-        "ub",
-        "is_prefilling",
-        "drafts",
-        "accepted",
-        "num_actual_tokens",
-        "num_reqs",
-        "capture",
-        "served",
-        "tables",
-        "conv",
-    )
-
-
-def _same_host(a, b) -> bool:
-    if a is b:
-        return True
-    if a is None or b is None:
-        return False
-    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
-
-
-def _same_memory(a, b) -> bool:
-    """Device arrays: the same memory, shape and strides (their contents are not read)."""
-    if a is b:
-        return True
-    if a is None or b is None:
-        return False
-    return (
-        a.data_ptr() == b.data_ptr()
-        and a.shape == b.shape
-        and a.stride() == b.stride()
-        and a.dtype == b.dtype
-        and a.device == b.device
-    )
-
-
 class _Engine:
-    """A native builder with one KV-cache group per registered builder object."""
+    """A native builder with one KV-cache group per registered builder object; the step
+    logic (plan once, serve the other groups) is VllmSession's (python/src/vllm_session.cpp)."""
 
     def __init__(self, kind: str, config: dict, device: torch.device, cls):
         self.kind = kind
@@ -432,7 +392,7 @@ class _Engine:
         self.slots: dict[int, weakref.ref] = {}
         self.native = None
         self.session = None
-        self.step: _Step | None = None
+        self.conv = (None, 0, None)  # (session, plan, host lists) of the last step with conv1d
         self.lock = threading.Lock()
         self.as_int32 = _Int32Inputs()
         self.mask_ring = None
@@ -479,112 +439,46 @@ class _Engine:
             self.native = cls(**cfg, target=target, num_groups=groups, array_type="torch")
         session = _linmeta.VllmSession(self.native)
         fields = [f.name for f in dataclasses.fields(self.cls)]
-        session.configure(fields, _defaults(self.cls), self.mask_ring)
+        session.configure(fields, _defaults(self.cls), self.mask_ring, self.grow)
         self.session = session
-        self.step = None
 
     # -- steps
 
-    def _matches(self, s: _Step, slot, m, qsl_cpu, ub, drafts, accepted, capture) -> bool:
-        return (
-            slot not in s.served
-            and s.capture == capture
-            and s.num_actual_tokens == m.num_actual_tokens
-            and s.num_reqs == m.num_reqs
-            and _same_host(s.qsl_cpu, qsl_cpu)
-            and _same_host(s.ub, ub)
-            and _same_host(s.is_prefilling, m.is_prefilling)
-            and _same_host(s.drafts, drafts)
-            and _same_memory(s.accepted, accepted)
-            and _same_memory(s.qsl, m.query_start_loc)
-            and _same_memory(s.seq_lens, m.seq_lens)
-        )
-
     def run(self, slot, m, table, accepted, drafts, capture):
-        """(this group's field dict, the step entry)."""
-        qsl_cpu = m.query_start_loc_cpu
-        ub = _seq_lens_upper_bound(m)
-        s = self.step
-        # A builder object registered after this step's launch (slot past its groups) plans
-        # afresh, with a native builder of enough groups.
-        if s is not None and slot not in s.served and slot < len(s.tables):
-            stream = self.current_stream()
-            # The runner hands every group the same tensor objects: checked in C++.
-            d = self.session.step(
-                qsl_cpu,
-                m.seq_lens,
-                ub,
-                m.num_actual_tokens,
-                m.query_start_loc,
-                m.is_prefilling,
-                drafts,
-                accepted,
-                m.num_reqs,
-                stream,
-                table,
-                capture,
-                slot,
+        """This group's field dict: served from the step's plan, or planned afresh."""
+        session = self.session
+        if session is not None:
+            d = session.call(
+                m, table, accepted, drafts, capture, slot, self.current_stream(), _PREFETCH_TABLES
             )
             if d is not None:
-                s.served.add(slot)
-                s.tables[slot] = table  # what this group's buffers now hold (prefetch)
-                return d, s
-            # Other objects with equal host values and the same device memory: same step.
-            if self._matches(s, slot, m, qsl_cpu, ub, drafts, accepted, capture):
-                s.served.add(slot)
-                used = s.tables[slot] if slot < len(s.tables) else None
-                regather = not _same_memory(used, table)
-                s.tables[slot] = table
-                return self.session.serve(slot, table if regather else None, stream), s
-
+                return d
+        # No builder yet, a builder object registered after the last one was made (slot past
+        # its groups), or (grow) more tokens than its capacity: a larger native builder.
         self._ensure_native(m.num_actual_tokens)
-        groups = self.native.num_groups
-        tables = [table] * groups
-        if _PREFETCH_TABLES and s is not None:
-            for g in range(groups):
-                cand = s.tables[g] if g < len(s.tables) else None
-                # A table at least as large as this group's (rows and columns): the gather's
-                # width check cannot fail on it where it passes on this group's own table.
-                if (
-                    g != slot
-                    and cand is not None
-                    and cand.shape[0] >= m.num_reqs
-                    and cand.shape[1] >= table.shape[1]
-                ):
-                    tables[g] = cand
-        d = self.session.build(
-            qsl_cpu,
-            m.seq_lens,
-            ub,
-            m.num_actual_tokens,
-            m.query_start_loc,
-            m.is_prefilling,
-            drafts,
-            accepted,
-            m.num_reqs,
-            self.current_stream(),
-            tables,
-            capture,
-            slot,
+        d = self.session.call(
+            m, table, accepted, drafts, capture, slot, self.current_stream(), _PREFETCH_TABLES
         )
-        n = _Step()
-        n.qsl_cpu, n.qsl, n.seq_lens, n.ub = qsl_cpu, m.query_start_loc, m.seq_lens, ub
-        n.is_prefilling, n.drafts, n.accepted = m.is_prefilling, drafts, accepted
-        n.num_actual_tokens, n.num_reqs, n.capture = m.num_actual_tokens, m.num_reqs, capture
-        n.served = {slot}
-        n.tables = tables
-        n.conv = None
-        self.step = n
-        return d, n
+        if d is None:
+            raise _linmeta.Error("linmeta: internal error: a new native builder refused the step")
+        return d
+
+    def conv_lists(self, nums_view, tot):
+        """vLLM's conv1d host lists of the last plan, made once per step for every group."""
+        session, plan, lists = self.conv
+        if session is not self.session or plan != self.session.plans:
+            lists = _conv_host_lists(nums_view, tot)
+            self.conv = (self.session, self.session.plans, lists)
+        return lists
 
     def regather(self, slot, metadata, table):
         """`slot`'s field dict with its state indices re-gathered from `table`, when `metadata`
-        belongs to the last built step; None otherwise."""
-        s = self.step
-        if s is None or self.session is None or s.num_actual_tokens != metadata.num_actual_tokens:
+        belongs to the last planned step; None otherwise."""
+        session = self.session
+        if session is None or session.num_actual_tokens != metadata.num_actual_tokens:
             return None
         try:
-            return self.session.serve(slot, table, self.current_stream())
+            return session.serve(slot, table, self.current_stream())
         except _linmeta.Error:
             return None
 
@@ -657,6 +551,10 @@ class GDNAttentionMetadataBuilder(_Base):
         classes = metadata_classes()
         self._classes = classes
         self._make = _fast_constructor(classes[self._kind])
+        # A result dict of exactly the dataclass's fields needs no assembly (no composites under
+        # private keys), except the cutedsl backend's GDN chunk metadata.
+        plain = self._kind != "gdn" or self.gdn_prefill_backend != "cutedsl"
+        self._plain_len = len(dataclasses.fields(classes[self._kind])) if plain else -1
         self._engine = _engine(self._kind, self._config, self._device, classes[self._kind])
         self._slot = self._engine.register(self)
         self._aligned_engine = None  # MRV2's precomputed aligned indices (made on first use)
@@ -759,13 +657,15 @@ class GDNAttentionMetadataBuilder(_Base):
         else:
             (engine, slot), table = self._aligned(), aligned[: m.num_reqs]
         accepted, drafts = num_accepted_tokens, num_decode_draft_tokens_cpu
-        if (accepted is not None and accepted.dtype is not torch.int32) or (
-            drafts is not None and drafts.dtype is not torch.int32
+        if (accepted is not None and accepted.dtype is not _INT32) or (
+            drafts is not None and drafts.dtype is not _INT32
         ):
             accepted, drafts = engine.as_int32(accepted, drafts)
-        d, step = engine.run(slot, m, table, accepted, drafts, False)
-        accepted_dtype = torch.int32 if num_accepted_tokens is None else num_accepted_tokens.dtype
-        return self._assemble(d, step, m, accepted_dtype)
+        d = engine.run(slot, m, table, accepted, drafts, False)
+        accepted_dtype = _INT32 if num_accepted_tokens is None else num_accepted_tokens.dtype
+        if accepted_dtype is _INT32 and len(d) == self._plain_len:
+            return self._make(d)  # every key a field: nothing to assemble
+        return self._assemble(d, m, drafts, accepted_dtype)
 
     def build_for_cudagraph_capture(self, common_attn_metadata):
         m = common_attn_metadata
@@ -785,8 +685,8 @@ class GDNAttentionMetadataBuilder(_Base):
         else:
             (engine, slot), table = self._aligned(), aligned[: m.num_reqs]
         # linmeta derives accepted = query lengths and drafts = query lengths - 1 itself.
-        d, step = engine.run(slot, m, table, None, None, True)
-        return self._assemble(d, step, m, torch.int32)
+        d = engine.run(slot, m, table, None, None, True)
+        return self._assemble(d, m, None, torch.int32)
 
     def update_block_table(self, metadata, blk_table: torch.Tensor, slot_mapping: torch.Tensor):
         """Re-gathers this group's state indices from `blk_table` (align mode: from
@@ -826,12 +726,10 @@ class GDNAttentionMetadataBuilder(_Base):
             and d["num_spec_decode_tokens"] <= self.decode_cudagraph_max_bs
         )
 
-    def _conv(self, d, step):
+    def _conv(self, d, engine):
         """vLLM's nums_dict / batch_ptr / token_chunk_offset_ptr from linmeta's conv1d fields."""
         tot, nums_view, batch_ptr, offset_ptr = d.pop("_conv")
-        if step.conv is None:
-            step.conv = _conv_host_lists(nums_view, tot)
-        nums, mlist, offsetlist = step.conv
+        nums, mlist, offsetlist = engine.conv_lists(nums_view, tot)
         d["nums_dict"] = {
             _CONV_BLOCK: {
                 "nums": nums,
@@ -846,7 +744,7 @@ class GDNAttentionMetadataBuilder(_Base):
         d["batch_ptr"] = batch_ptr
         d["token_chunk_offset_ptr"] = offset_ptr
 
-    def _checkpoint_md(self, ckpt, d, step, m):
+    def _checkpoint_md(self, ckpt, d, m, drafts):
         """vLLM 0.34's MambaPrefillCheckpointMetadata from linmeta's (checkpoint_offsets,
         state_indices), with what vLLM's MambaPrefillCheckpointBuilder also puts there: the
         host lists `offsets` / `query_lens` and the gather indices `request_rows` /
@@ -855,9 +753,9 @@ class GDNAttentionMetadataBuilder(_Base):
         on CUDA, only on steps with checkpoints)."""
         offsets_t, state_indices = ckpt
         offsets = offsets_t.tolist()
-        qsl = step.qsl_cpu.tolist()
+        qsl = m.query_start_loc_cpu.tolist()
         ub = _seq_lens_upper_bound(m).tolist()
-        rows = self._checkpoint_rows(d, step, qsl)
+        rows = self._checkpoint_rows(d, m, drafts, qsl)
         assert len(rows) == len(offsets)
         block = int(self.kv_cache_spec.block_size)
         cols = [-(-ub[r] // block) - 2 if o > 0 else -1 for r, o in zip(rows, offsets)]
@@ -871,32 +769,32 @@ class GDNAttentionMetadataBuilder(_Base):
             block_cols=torch.tensor(cols, dtype=torch.int64).to(dev, non_blocking=True),
         )
 
-    def _checkpoint_rows(self, d, step, qsl):
+    def _checkpoint_rows(self, d, m, drafts, qsl):
         """GDN's checkpoint rows: every row, or the rows outside the spec mask."""
         masks = d.get("spec_sequence_masks_cpu")
         if masks is None:
             return list(range(len(qsl) - 1))
         return (~masks).nonzero().flatten().tolist()
 
-    def _checkpoints(self, d, step, m):
+    def _checkpoints(self, d, m, drafts):
         """vLLM 0.34's GDN prefill checkpoint objects (profile vllm-0.34, align mode), when the
         dataclass has the fields."""
         ckpt = d.pop("_checkpoint", None)
         plan = d.pop("_flashinfer_checkpoint_plan", None)
         classes = self._classes
         if ckpt is not None and "checkpoint" in d and "gdn_checkpoint" in classes:
-            d["checkpoint"] = self._checkpoint_md(ckpt, d, step, m)
+            d["checkpoint"] = self._checkpoint_md(ckpt, d, m, drafts)
         if plan is not None and "flashinfer_checkpoint_plan" in d and "fi_plan" in classes:
             d["flashinfer_checkpoint_plan"] = classes["fi_plan"](
                 every_n_tokens=plan[0], num_checkpoints=plan[1], cu_starts=plan[2], rows=plan[3]
             )
 
-    def _assemble(self, d, step, m, accepted_dtype):
+    def _assemble(self, d, m, drafts, accepted_dtype):
         if accepted_dtype is not torch.int32:
             _accepted_dtype(d, accepted_dtype, self._staged_spec(d, m))
         if "_conv" in d:
-            self._conv(d, step)
-        self._checkpoints(d, step, m)
+            self._conv(d, self._engine)
+        self._checkpoints(d, m, drafts)
         if self.gdn_prefill_backend == "cutedsl" and d["num_prefills"] > 0:
             d["chunk_indices"], d["chunk_offsets"] = _cutedsl_chunk_metadata(
                 d["prefill_query_start_loc"], d["num_prefill_tokens"]
@@ -965,11 +863,11 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
             and d["num_spec_decode_tokens"] <= self.decode_cudagraph_max_bs
         )
 
-    def _assemble(self, d, step, m, accepted_dtype):
+    def _assemble(self, d, m, drafts, accepted_dtype):
         if accepted_dtype is not torch.int32:
             _accepted_dtype(d, accepted_dtype, self.use_recoverssm or self._staged_spec(d, m))
         if "_conv" in d:
-            self._conv(d, step)
+            self._conv(d, self._engine)
         classes = self._classes
         commit = d.pop("_commit", None)
         if commit is not None:
@@ -992,22 +890,22 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
         ckpt = d.pop("_checkpoint", None)
         if ckpt is not None:
             if classes["checkpoint"] is classes.get("gdn_checkpoint"):  # vLLM 0.34
-                d["checkpoint"] = self._checkpoint_md(ckpt, d, step, m)
+                d["checkpoint"] = self._checkpoint_md(ckpt, d, m, drafts)
             else:
                 d["checkpoint"] = classes["checkpoint"](
                     checkpoint_offsets=ckpt[0], state_indices=ckpt[1]
                 )
         return self._make(d)
 
-    def _checkpoint_rows(self, d, step, qsl):
+    def _checkpoint_rows(self, d, m, drafts, qsl):
         """KDA's checkpoint rows (vLLM 0.34): every row without spec decodes, else the
         active (non-empty) rows outside the spec mask (drafts >= 0; RecoverSSM: also every
         active non-prefilling row, and only rows of at most num_spec + 1 tokens)."""
         n = len(qsl) - 1
         if d["num_spec_decodes"] == 0:
             return list(range(n))
-        drafts = step.drafts.tolist()
-        prefilling = step.is_prefilling.tolist() if step.is_prefilling is not None else None
+        drafts = drafts.tolist()
+        prefilling = m.is_prefilling.tolist() if m.is_prefilling is not None else None
         rows = []
         for r in range(n):
             q = qsl[r + 1] - qsl[r]

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -92,8 +93,85 @@ class ViewCache {
   std::unordered_map<Key, Base, KeyHash> bases_;
 };
 
-/// One builder's step state for the vLLM adapter: build every group once per step, then serve
-/// each group's fields (re-gathering its state indices when its table differs).
+/// vLLM's CommonAttentionMetadata attributes the session reads, interned once.
+struct CommonNames {
+  nb::str query_start_loc_cpu{"query_start_loc_cpu"}, seq_lens{"seq_lens"},
+      seq_lens_cpu_upper_bound{"seq_lens_cpu_upper_bound"}, seq_lens_cpu{"seq_lens_cpu"},
+      num_actual_tokens{"num_actual_tokens"}, query_start_loc{"query_start_loc"},
+      is_prefilling{"is_prefilling"}, num_reqs{"num_reqs"};
+};
+
+nb::object get_attr(nb::handle obj, const nb::str& name) {
+  PyObject* r = PyObject_GetAttr(obj.ptr(), name.ptr());
+  if (r == nullptr) throw nb::python_error();
+  return nb::steal(r);
+}
+
+/// The attribute, or None when `obj` has none.
+nb::object get_attr_or_none(nb::handle obj, const nb::str& name) {
+  PyObject* r = PyObject_GetAttr(obj.ptr(), name.ptr());
+  if (r != nullptr) return nb::steal(r);
+  if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
+  PyErr_Clear();
+  return nb::none();
+}
+
+/// One call's step inputs: the arrays of a CommonAttentionMetadata plus the accepted and
+/// draft counts, in a fixed order (the step fast path compares them one by one).
+struct CallInputs {
+  enum : int32_t { QslCpu, SeqLens, UpperBound, Qsl, IsPrefilling, Drafts, Accepted, kCount };
+  static constexpr std::array<bool, kCount> kHost = {true, false, true, false, true, true, false};
+  std::array<nb::object, kCount> arrays;
+  nb::object num_actual_tokens, num_reqs;
+
+  CallInputs(const CommonNames& n, nb::handle m, nb::handle accepted, nb::handle drafts) {
+    arrays[QslCpu] = get_attr(m, n.query_start_loc_cpu);
+    arrays[SeqLens] = get_attr(m, n.seq_lens);
+    // vLLM releases before seq_lens_cpu_upper_bound had the exact host copy.
+    arrays[UpperBound] = get_attr_or_none(m, n.seq_lens_cpu_upper_bound);
+    if (arrays[UpperBound].is_none()) arrays[UpperBound] = get_attr(m, n.seq_lens_cpu);
+    arrays[Qsl] = get_attr(m, n.query_start_loc);
+    arrays[IsPrefilling] = get_attr_or_none(m, n.is_prefilling);
+    arrays[Drafts] = drafts.is_valid() ? nb::borrow(drafts) : nb::none();
+    arrays[Accepted] = accepted.is_valid() ? nb::borrow(accepted) : nb::none();
+    num_actual_tokens = get_attr(m, n.num_actual_tokens);
+    num_reqs = get_attr(m, n.num_reqs);
+  }
+
+  [[nodiscard]] StepArgs args(nb::handle stream) const {
+    return make_step_args(arrays[QslCpu], arrays[SeqLens], arrays[UpperBound], num_actual_tokens,
+                          arrays[Qsl], arrays[IsPrefilling], arrays[Drafts], arrays[Accepted],
+                          num_reqs, stream);
+  }
+};
+
+/// Host arrays: equal dtype, shape and values. Device arrays: the same memory, shape, strides
+/// and dtype (their contents are not read). Anything unusual compares unequal.
+bool same_array(nb::handle a, nb::handle b, bool host) {
+  if (a.is(b)) return true;
+  if (a.is_none() || b.is_none()) return false;
+  const ImportedArray x = import_array(a, "input", nullptr);
+  const ImportedArray y = import_array(b, "input", nullptr);
+  if (x.ndim != 1 || y.ndim != 1 || x.dtype != y.dtype || x.shape[0] != y.shape[0] ||
+      x.device_type != y.device_type || x.device_id != y.device_id)
+    return false;
+  if (!host) return x.data == y.data && (x.shape[0] <= 1 || x.strides[0] == y.strides[0]);
+  if (x.device_type != kDLCPU || (x.shape[0] > 1 && (x.strides[0] != 1 || y.strides[0] != 1)))
+    return false;
+  const size_t bytes = static_cast<size_t>(x.shape[0]) * ((x.dtype.bits + 7) / 8);
+  return bytes == 0 || std::memcmp(x.data, y.data, bytes) == 0;
+}
+
+/// One builder's step state for the vLLM adapter (python/linmeta/vllm.py): the builder
+/// objects of an engine (one per KV-cache group, `group` below) call `call` with their own
+/// CommonAttentionMetadata; the first call of a step plans it and finishes every group in
+/// one launch, the others of the same step are served from that plan (re-gathering their
+/// state indices when their table differs from the one the launch used).
+///
+/// "Same step" (the test of seed 001's per-step cache, made stricter): the group was not
+/// served since the last plan, the capture flag is the same, and the inputs are the very
+/// objects of the plan or equal ones (host arrays by value, device arrays by memory);
+/// num_actual_tokens and num_reqs equal.
 ///
 /// Fields are returned as a new dict per call, keyed by vLLM's field names, starting from a copy
 /// of the dataclass defaults, so that the adapter can install it as the instance __dict__. Which
@@ -115,8 +193,10 @@ class VllmSession {
   /// fields: the dataclass's field names (an iterable of str); defaults: the dict every result
   /// starts from; mask_ring: None or a contiguous host torch.bool tensor [slots, >=
   /// max_num_seqs] that receives the host spec mask of each step (a new row per step,
-  /// cycling), returned as spec_sequence_masks_cpu when the step has spec decodes.
-  void configure(nb::handle fields, nb::dict defaults, nb::object mask_ring) {
+  /// cycling), returned as spec_sequence_masks_cpu when the step has spec decodes; grow: a
+  /// step with more tokens than the builder's capacity is left to the caller (call returns
+  /// None).
+  void configure(nb::handle fields, nb::dict defaults, nb::object mask_ring, bool grow) {
     nb::set wanted;
     for (nb::handle f : fields) wanted.add(f);
     auto key = [&](const char* name) -> nb::object {
@@ -134,9 +214,11 @@ class VllmSession {
     }
     masks_key_ = key("spec_sequence_masks_cpu");
     defaults_ = std::move(defaults);
+    last_.clear();
     ring_ = std::move(mask_ring);
     ring_views_.clear();
     ring_data_ = nullptr;
+    grow_ = grow;
     if (!ring_.is_none()) {
       ImportedArray r = import_array(ring_, "mask_ring", nullptr);
       if (r.ndim != 2 || r.dtype.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Bool) ||
@@ -149,71 +231,44 @@ class VllmSession {
     }
   }
 
-  /// Plans the step once, finishes every group from `tables` (one per group) and returns
-  /// group `group`'s fields.
-  nb::object build(const StepArgs& a, nb::handle tables, bool capture, int32_t group) {
-    PreparedStep p;
-    prepare(p, *b_, a);
-    if (!PyTuple_Check(tables.ptr()) && !PyList_Check(tables.ptr()))
-      throw nb::type_error("linmeta: tables must be a tuple or list of block tables");
-    const auto G = static_cast<size_t>(PySequence_Fast_GET_SIZE(tables.ptr()));
-    PyObject** items = PySequence_Fast_ITEMS(tables.ptr());
-    for (size_t g = 0; g < G; ++g)
-      p.tables.push_back(
-          import_table(p, nb::handle(items[g]), "block_table", p.step.num_reqs, b_->memory()));
-    if (!p.tables.empty()) p.step.block_table = p.tables[0];
-    built_ = false;
-    std::span<const Metadata> ms =
-        capture ? b_->builder.build_groups_for_cudagraph_capture(p.step, p.tables, p.stream)
-                : b_->builder.build_groups(p.step, p.tables, p.stream);
-    mds_.assign(ms.begin(), ms.end());
-    num_reqs_ = p.step.num_reqs;
-    built_ = true;
-    remember(a, p, tables, capture, group);
-    masks_ = nb::none();
-    if (ring_data_ != nullptr && !mds_.empty() && mds_[0].num_spec_decodes > 0)
-      masks_ = host_masks(p.step, capture);
+  /// Group `group`'s fields for a call of vLLM's build() (capture: build_for_cudagraph_capture)
+  /// with CommonAttentionMetadata `m`, this group's block table and the step's accepted /
+  /// draft counts (int32 or None): served from the last plan when it is the same step, else
+  /// planned afresh. None when this builder cannot take the step (`group` past its groups,
+  /// or more tokens than its capacity with `grow`): the caller makes a larger builder.
+  /// prefetch_tables: a plan gathers the other groups' state indices from the tables they
+  /// used the step before (when at least as large as this call's).
+  nb::object call(nb::handle m, nb::handle table, nb::handle accepted, nb::handle drafts,
+                  bool capture, int32_t group, nb::handle stream, bool prefetch_tables) {
+    const CallInputs in(names_, m, accepted, drafts);
+    const auto G = static_cast<int32_t>(served_.size());
+    if (group < 0) raise_error("VllmSession: group " + std::to_string(group) + " is negative");
+    if (built_ && group < G && served_[static_cast<size_t>(group)] == 0 && capture == capture_ &&
+        same_step(in)) {
+      serve_table(group, table, stream);
+      return fields(group);
+    }
+    const Config& cfg = b_->builder.config();
+    if (group >= b_->builder.num_groups() ||
+        (grow_ && to_int32(in.num_actual_tokens, "num_actual_tokens") > cfg.max_num_batched_tokens))
+      return nb::none();
+    plan(in, table, capture, group, stream, prefetch_tables);
     return fields(group);
   }
 
-  /// Group `group`'s fields of the last build; with a table, its state indices are first
-  /// re-gathered from that table (update_block_table). Marks the group served.
+  /// Group `group`'s fields of the last plan with its state indices re-gathered from `table`
+  /// (update_block_table). Marks the group served.
   nb::object serve(int32_t group, nb::handle table, nb::handle stream) {
     check_group(group);
     if (table.is_valid() && !table.is_none()) regather(group, table, stream);
-    served_ |= uint64_t{1} << group;
+    served_[static_cast<size_t>(group)] = 1;
     return fields(group);
   }
 
-  /// The served-group fast path: when this call passes the very objects of the last build
-  /// (identity; counts equal) and `group` was not served yet in this step, serves it —
-  /// re-gathering its state indices unless the build already used this table — and returns
-  /// its fields. Otherwise returns None (the caller decides: equal values or a new step).
-  nb::object step(const StepArgs& a, nb::handle table, bool capture, int32_t group) {
-    if (!built_ || group < 0 || static_cast<size_t>(group) >= mds_.size() ||
-        (served_ >> group & 1) != 0 || capture != capture_)
-      return nb::none();
-    const nb::handle in[kInputs] = {
-        a.query_start_loc_cpu, a.seq_lens,      a.seq_lens_cpu_upper_bound,
-        a.query_start_loc,     a.is_prefilling, a.num_decode_draft_tokens_cpu,
-        a.num_accepted_tokens};
-    for (int32_t i = 0; i < kInputs; ++i)
-      if (!in[i].is(inputs_[static_cast<size_t>(i)])) return nb::none();
-    if (to_int32(a.num_actual_tokens, "num_actual_tokens") != num_actual_tokens_ ||
-        to_int32(a.num_reqs, "num_reqs") != num_reqs_)
-      return nb::none();
-    const auto g = static_cast<size_t>(group);
-    if (!table.is(table_objs_[g])) {
-      PreparedStep p;
-      const BlockTable t = import_table(p, table, "block_table", num_reqs_, b_->memory());
-      if (t.data != used_[g].data || t.row_stride != used_[g].row_stride ||
-          t.width != used_[g].width)
-        regather(group, table, a.stream);
-    }
-    served_ |= uint64_t{1} << group;
-    return fields(group);
-  }
-
+  /// Plans made so far (a new value means a new step).
+  [[nodiscard]] int64_t plans() const { return plans_; }
+  /// num_actual_tokens of the last plan.
+  [[nodiscard]] int32_t num_actual_tokens() const { return num_actual_tokens_; }
   [[nodiscard]] size_t cached_views() const { return cache_.size(); }
 
  private:
@@ -224,7 +279,83 @@ class VllmSession {
                   std::to_string(mds_.size()) + ")");
   }
 
-  static constexpr int32_t kInputs = 7;
+  /// Plans the step and finishes every group in one launch: `group` from `table`, the others
+  /// from the same table or (prefetch) from the table each used the step before.
+  void plan(const CallInputs& in, nb::handle table, bool capture, int32_t group, nb::handle stream,
+            bool prefetch) {
+    PreparedStep p;
+    prepare(p, *b_, in.args(stream));
+    const int32_t n = p.step.num_reqs;
+    const BlockTable own = import_table(p, table, "block_table", n, b_->memory());
+    const auto G = static_cast<size_t>(b_->builder.num_groups());
+    std::vector<nb::object> objs(G, nb::borrow(table));
+    std::vector<int64_t> rows(G, p.arrays.back().shape[0]);
+    p.tables.assign(G, own);
+    if (prefetch && table_objs_.size() == G) {
+      for (size_t g = 0; g < G; ++g) {
+        // A table at least as large as this group's (rows and columns): the gather's width
+        // check cannot fail on it where it passes on this group's own table.
+        if (g == static_cast<size_t>(group) || !table_objs_[g].is_valid() || table_rows_[g] < n ||
+            used_[g].width < own.width)
+          continue;
+        p.tables[g] = used_[g];
+        objs[g] = table_objs_[g];
+        rows[g] = table_rows_[g];
+      }
+    }
+    p.step.block_table = p.tables[0];
+    built_ = false;
+    std::span<const Metadata> ms =
+        capture ? b_->builder.build_groups_for_cudagraph_capture(p.step, p.tables, p.stream)
+                : b_->builder.build_groups(p.step, p.tables, p.stream);
+    mds_.assign(ms.begin(), ms.end());
+    num_reqs_ = n;
+    num_actual_tokens_ = p.step.num_actual_tokens;
+    built_ = true;
+    ++plans_;
+    inputs_ = in;
+    capture_ = capture;
+    used_ = p.tables;
+    table_objs_ = std::move(objs);
+    table_rows_ = std::move(rows);
+    served_.assign(G, 0);
+    served_[static_cast<size_t>(group)] = 1;
+    masks_ = nb::none();
+    if (ring_data_ != nullptr && !mds_.empty() && mds_[0].num_spec_decodes > 0)
+      masks_ = host_masks(p.step, capture);
+  }
+
+  /// The inputs are the plan's objects, or equal ones (see the class comment).
+  bool same_step(const CallInputs& in) const {
+    if (!inputs_) return false;
+    const CallInputs& last = *inputs_;
+    if (to_int32(in.num_actual_tokens, "num_actual_tokens") != num_actual_tokens_ ||
+        to_int32(in.num_reqs, "num_reqs") != num_reqs_)
+      return false;
+    for (int32_t i = 0; i < CallInputs::kCount; ++i) {
+      const auto k = static_cast<size_t>(i);
+      if (!same_array(in.arrays[k], last.arrays[k], CallInputs::kHost[k])) return false;
+    }
+    return true;
+  }
+
+  /// Serves `group` from the plan: re-gathers its state indices unless the launch used this
+  /// table's memory already.
+  void serve_table(int32_t group, nb::handle table, nb::handle stream) {
+    const auto g = static_cast<size_t>(group);
+    if (!table.is(table_objs_[g])) {
+      PreparedStep p;
+      const BlockTable t = import_table(p, table, "block_table", num_reqs_, b_->memory());
+      if (t.data != used_[g].data || t.row_stride != used_[g].row_stride ||
+          t.width != used_[g].width) {
+        regather(group, table, stream);
+      } else {
+        table_objs_[g] = nb::borrow(table);
+        table_rows_[g] = p.arrays.back().shape[0];
+      }
+    }
+    served_[g] = 1;
+  }
 
   void regather(int32_t group, nb::handle table, nb::handle stream) {
     PreparedStep p;
@@ -234,24 +365,7 @@ class VllmSession {
     mds_[g] = b_->builder.update_block_table(mds_[g], t, group, p.stream);
     used_[g] = t;
     table_objs_[g] = nb::borrow(table);
-  }
-
-  /// What identifies the step just built (the step() fast path compares these objects).
-  void remember(const StepArgs& a, const PreparedStep& p, nb::handle tables, bool capture,
-                int32_t group) {
-    const nb::handle in[kInputs] = {
-        a.query_start_loc_cpu, a.seq_lens,      a.seq_lens_cpu_upper_bound,
-        a.query_start_loc,     a.is_prefilling, a.num_decode_draft_tokens_cpu,
-        a.num_accepted_tokens};
-    for (int32_t i = 0; i < kInputs; ++i)
-      inputs_[static_cast<size_t>(i)] = in[i].is_valid() ? nb::borrow(in[i]) : nb::none();
-    num_actual_tokens_ = p.step.num_actual_tokens;
-    capture_ = capture;
-    used_ = p.tables;
-    table_objs_.assign(used_.size(), nb::object());
-    PyObject** items = PySequence_Fast_ITEMS(tables.ptr());
-    for (size_t g = 0; g < used_.size(); ++g) table_objs_[g] = nb::borrow(items[g]);
-    served_ = group >= 0 && group < 64 ? uint64_t{1} << group : 0;
+    table_rows_[g] = p.arrays.back().shape[0];
   }
 
   /// The step's host spec mask in the next ring row, as a cached view of that row.
@@ -279,9 +393,30 @@ class VllmSession {
     return view;
   }
 
+  /// Group `group`'s result dict: a copy of the one made last time for this group when its
+  /// metadata is the same (equal counts and views), else made anew.
   nb::object fields(int32_t group) {
     check_group(group);
-    Metadata& m = mds_[static_cast<size_t>(group)];
+    const auto g = static_cast<size_t>(group);
+    if (last_.size() != mds_.size()) last_.assign(mds_.size(), LastFields{});
+    LastFields& last = last_[g];
+    nb::object out;
+    if (last.dict.is_valid() && last.m == mds_[g]) {
+      out = nb::steal(PyDict_Copy(last.dict.ptr()));
+      if (!out.is_valid()) throw nb::python_error();
+    } else {
+      out = make_fields(mds_[g]);
+      last.m = mds_[g];
+      last.dict = nb::steal(PyDict_Copy(out.ptr()));  // ours: the caller's dict is theirs
+      if (!last.dict.is_valid()) throw nb::python_error();
+    }
+    if (!masks_.is_none() && masks_key_.is_valid() &&
+        PyDict_SetItem(out.ptr(), masks_key_.ptr(), masks_.ptr()) != 0)
+      throw nb::python_error();
+    return out;
+  }
+
+  nb::object make_fields(Metadata& m) {
     const bool dev = m.target == Target::Cuda;
     nb::object out = nb::steal(defaults_.is_valid() ? PyDict_Copy(defaults_.ptr()) : PyDict_New());
     if (!out.is_valid()) throw nb::python_error();
@@ -329,7 +464,6 @@ class VllmSession {
                   nb::make_tuple(fp.every_n_tokens, fp.num_checkpoints,
                                  cache_.get(fp.cu_starts, dev), cache_.get(fp.rows, dev)));
     }
-    if (!masks_.is_none()) put(masks_key_, masks_);
     return out;
   }
 
@@ -351,12 +485,21 @@ class VllmSession {
   int64_t ring_stride_ = 0;
   std::unordered_map<int64_t, nb::object> ring_views_;
   nb::object masks_ = nb::none();
-  std::array<nb::object, kInputs> inputs_{};
+  struct LastFields {
+    Metadata m;       ///< the metadata `dict` was made from
+    nb::object dict;  ///< a private copy of that result
+  };
+  std::vector<LastFields> last_;  ///< per group
+  CommonNames names_;
+  std::optional<CallInputs> inputs_;  ///< the last plan's inputs
   int32_t num_actual_tokens_ = 0;
   bool capture_ = false;
-  uint64_t served_ = 0;
-  std::vector<BlockTable> used_;
-  std::vector<nb::object> table_objs_;
+  bool grow_ = false;
+  int64_t plans_ = 0;
+  std::vector<uint8_t> served_;         ///< per group: served since the last plan
+  std::vector<BlockTable> used_;        ///< per group: the table its state indices hold
+  std::vector<nb::object> table_objs_;  ///< ... and the object it came from
+  std::vector<int64_t> table_rows_;     ///< ... and that object's rows
 };
 
 /// vLLM's causal-conv1d host lists from the programs per sequence: mlist[p] = sequence of
@@ -401,38 +544,15 @@ void bind_vllm_session(nb::module_& m) {
   nb::class_<VllmSession>(
       m, "VllmSession",
       "Fast path of linmeta.vllm (internal): builds a step for every KV-cache group of a builder "
-      "and serves each group's fields as a tuple of cached views of the persistent buffers.")
+      "and serves each group's fields as a dict of cached views of the persistent buffers.")
       .def(nb::init<nb::handle>(), "builder"_a)
-      .def(
-          "build",
-          [](VllmSession& s, nb::handle qsl_cpu, nb::handle seq_lens, nb::handle ub,
-             nb::handle num_actual_tokens, nb::handle qsl, nb::handle is_prefilling,
-             nb::handle drafts, nb::handle accepted, nb::handle num_reqs, nb::handle stream,
-             nb::handle tables, bool capture, int32_t group) {
-            return s.build(make_step_args(qsl_cpu, seq_lens, ub, num_actual_tokens, qsl,
-                                          is_prefilling, drafts, accepted, num_reqs, stream),
-                           tables, capture, group);
-          },
-          "query_start_loc_cpu"_a.none(), "seq_lens"_a.none(), "seq_lens_cpu_upper_bound"_a.none(),
-          "num_actual_tokens"_a, "query_start_loc"_a.none(), "is_prefilling"_a.none(),
-          "num_decode_draft_tokens_cpu"_a.none(), "num_accepted_tokens"_a.none(),
-          "num_reqs"_a.none(), "stream"_a.none(), "tables"_a, "capture"_a, "group"_a)
-      .def(
-          "step",
-          [](VllmSession& s, nb::handle qsl_cpu, nb::handle seq_lens, nb::handle ub,
-             nb::handle num_actual_tokens, nb::handle qsl, nb::handle is_prefilling,
-             nb::handle drafts, nb::handle accepted, nb::handle num_reqs, nb::handle stream,
-             nb::handle table, bool capture, int32_t group) {
-            return s.step(make_step_args(qsl_cpu, seq_lens, ub, num_actual_tokens, qsl,
-                                         is_prefilling, drafts, accepted, num_reqs, stream),
-                          table, capture, group);
-          },
-          "query_start_loc_cpu"_a.none(), "seq_lens"_a.none(), "seq_lens_cpu_upper_bound"_a.none(),
-          "num_actual_tokens"_a, "query_start_loc"_a.none(), "is_prefilling"_a.none(),
-          "num_decode_draft_tokens_cpu"_a.none(), "num_accepted_tokens"_a.none(),
-          "num_reqs"_a.none(), "stream"_a.none(), "table"_a.none(), "capture"_a, "group"_a)
-      .def("configure", &VllmSession::configure, "fields"_a, "defaults"_a, "mask_ring"_a.none())
+      .def("call", &VllmSession::call, "common_attn_metadata"_a, "table"_a, "accepted"_a.none(),
+           "drafts"_a.none(), "capture"_a, "group"_a, "stream"_a.none(), "prefetch_tables"_a)
+      .def("configure", &VllmSession::configure, "fields"_a, "defaults"_a, "mask_ring"_a.none(),
+           "grow"_a)
       .def("serve", &VllmSession::serve, "group"_a, "table"_a.none(), "stream"_a.none())
+      .def_prop_ro("plans", &VllmSession::plans)
+      .def_prop_ro("num_actual_tokens", &VllmSession::num_actual_tokens)
       .def_prop_ro("cached_views", &VllmSession::cached_views);
 }
 

@@ -107,6 +107,25 @@ TEST(Stability, GdnStagedSpecViewsKeepTheirAddresses) {
   }
 }
 
+// Metadata equality is "same counts, same views": the FULL-graph staged step of the same
+// batch shape compares equal across builds (the vLLM session reuses its result dict then);
+// another shape, or another mode's views, does not.
+TEST(Stability, StagedStepsOfOneShapeHaveEqualMetadata) {
+  const Config c = graph_config(BuilderKind::Gdn, 2);
+  GdnMetadataBuilder b(c, testing::host_options());
+  std::mt19937 rng(3), same(3);
+  const HostStep first = spec_step(rng, 2, 5, 2, 1000);
+  const Metadata m1 = b.build(first.step());
+  b.build(mixed_step(2, 9000).step());
+  const HostStep second = spec_step(same, 2, 5, 2, 2000);  // same lengths, other table
+  const Metadata m2 = b.build(second.step());
+  EXPECT_TRUE(m1 == m2);
+  const Metadata m3 = b.build(spec_step(rng, 2, 6, 1, 3000).step());
+  EXPECT_FALSE(m3 == m2);  // other spec rows
+  const Metadata m4 = b.build(mixed_step(2, 9000).step());
+  EXPECT_FALSE(m4 == m2);  // eager: prefill views and counts
+}
+
 TEST(Stability, GdnStagedDecodeViewsKeepTheirAddresses) {
   const Config c = graph_config(BuilderKind::Gdn, 0);
   GdnMetadataBuilder b(c, testing::host_options());

@@ -197,27 +197,21 @@ def test_groups_are_served_from_one_plan():
     """Four KV-cache groups of one step: one native build; the step after plans again; a
     group calling twice in a step is a new step."""
     case = next(c for c in CASES if c["builder"] == "gdn" and len(c["step"].get("groups", [])) == 4)
-    builds = []
-    session_build = LV._linmeta.VllmSession.build
-
-    def counting(self, *a, **k):
-        builds.append(1)
-        return session_build(self, *a, **k)
-
-    LV._linmeta.VllmSession.build = counting
-    try:
-        ours, _, _, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
-        assert len(builds) == 1
-        builders[0].build(0, ms[0])  # same group again: a new step
-        assert len(builds) == 2
-        m2 = ms[1].replace(query_start_loc_cpu=ms[1].query_start_loc_cpu.clone())
-        builders[1].build(0, m2)  # equal values, another tensor: still the same step
-        assert len(builds) == 2
-        m3 = ms[2].replace(num_actual_tokens=ms[2].num_actual_tokens + 1)
-        builders[2].build(0, m3)  # a different step: planned afresh
-        assert len(builds) == 3
-    finally:
-        LV._linmeta.VllmSession.build = session_build
+    ours, _, _, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
+    session = builders[0]._engine.session
+    plans = session.plans
+    assert all(b._engine.session is session for b in builders)
+    for b, m in zip(builders, ms):  # the next step: every group again, one plan
+        b.build(0, m)
+    assert session.plans == plans + 1
+    builders[0].build(0, ms[0])  # then group 0: a new step
+    assert session.plans == plans + 2
+    m2 = ms[1].replace(query_start_loc_cpu=ms[1].query_start_loc_cpu.clone())
+    builders[1].build(0, m2)  # equal values, another tensor: still the same step
+    assert session.plans == plans + 2
+    m3 = ms[2].replace(num_actual_tokens=ms[2].num_actual_tokens + 1)
+    builders[2].build(0, m3)  # a different step: planned afresh
+    assert session.plans == plans + 3
 
 
 def test_update_block_table_matches_the_seed():
@@ -304,19 +298,11 @@ def test_int64_inputs_keep_one_plan_per_step():
     ms = [base] + [base.replace(block_table_tensor=u._i32(t)) for t in s["groups"][1:]]
     acc = torch.tensor(s["num_accepted_tokens"], dtype=torch.int64)
     drafts = torch.tensor(s["num_decode_draft_tokens_cpu"], dtype=torch.int64)
-    builds = []
-    session_build = LV._linmeta.VllmSession.build
-
-    def counting(self, *a, **k):
-        builds.append(1)
-        return session_build(self, *a, **k)
-
-    LV._linmeta.VllmSession.build = counting
-    try:
-        outs = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
-    finally:
-        LV._linmeta.VllmSession.build = session_build
-    assert len(builds) == 1
+    outs = [builders[0].build(0, ms[0], acc, drafts)]
+    session = builders[0]._engine.session
+    plans = session.plans
+    outs += [b.build(0, m, acc, drafts) for b, m in zip(builders[1:], ms[1:])]
+    assert session.plans == plans
     for g, md in enumerate(outs):
         want = u.independent_reference(SEEDS, RUNNER, case, g)
         assert want.num_accepted_tokens is None or md.num_accepted_tokens.dtype == (
