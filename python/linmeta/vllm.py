@@ -409,6 +409,10 @@ class _Engine:
             while slot in self.slots and self.slots[slot]() is not None:
                 slot += 1
             self.slots[slot] = weakref.ref(obj)
+            if self.native is not None and slot >= self.native.num_groups:
+                # Too few groups: the next call makes a native builder with enough of them
+                # (_ensure_native), so that every group of a step shares one plan.
+                self.session = None
             return slot
 
     def alive(self) -> bool:

@@ -258,6 +258,39 @@ def test_full_graph_outputs_keep_their_addresses():
     assert u.diff(b, want) == []
 
 
+def test_builders_registered_after_a_step_share_the_next_plan():
+    """An engine's first builder object builds a step; two more objects of the same
+    configuration are made (more KV-cache groups): the next step of all three is one plan on
+    one native builder, whose FULL-graph buffers keep their addresses from then on."""
+    case = _gdn_case("pure spec FULL graphs")
+    s = case["step"]
+    objs = u.vllm_objects(RUNNER, case["config"], 3)
+    first = LV.GDNAttentionMetadataBuilder(*objs[0], torch.device("cpu"))
+    m = u.common_metadata(RUNNER, s, s["block_table"])
+    acc = torch.tensor(s["num_accepted_tokens"], dtype=torch.int32)
+    drafts = torch.tensor(s["num_decode_draft_tokens_cpu"], dtype=torch.int32)
+    first.build(0, m, acc, drafts)
+    more = [LV.GDNAttentionMetadataBuilder(*o, torch.device("cpu")) for o in objs[1:]]
+    builders = [first] + more
+    ms = [m.replace(block_table_tensor=m.block_table_tensor + g) for g in range(3)]
+
+    def step():
+        return [b.build(0, mg, acc, drafts) for b, mg in zip(builders, ms)]
+
+    outs = step()
+    session = first._engine.session
+    assert session is not None and first._engine.native.num_groups >= 3
+    plans = session.plans
+    again = step()
+    assert session.plans == plans + 1 and first._engine.session is session
+    for a, b in zip(outs, again):
+        assert a.spec_state_indices_tensor.data_ptr() == b.spec_state_indices_tensor.data_ptr()
+    refs = [SEEDS.gdn.GDNAttentionMetadataBuilder(*o, torch.device("cpu")) for o in objs]
+    for r, mg, got in zip(refs, ms, again):
+        RUNNER.clear_step_cache(SEEDS)  # each group's reference on its own
+        assert u.diff(got, r.build(0, mg, acc, drafts)) == []
+
+
 def test_int64_accepted_counts_keep_their_dtype():
     """vLLM versions that keep num_accepted_tokens as int64: outside the FULL-graph buffer
     the seed returns int64 (a slice of the input); linmeta.vllm too."""
