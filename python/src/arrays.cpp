@@ -169,8 +169,8 @@ ImportedArray from_interface(nb::handle obj, nb::handle iface, const char* name,
 /// by someone (linmeta never imports torch to read an input).
 struct TorchObjects {
   PyTypeObject* tensor = nullptr;
-  nb::object strided, int32, int64, boolean, uint8, int8, int16;
-  nb::object s_dtype, s_layout, s_shape, s_stride, s_data_ptr, s_get_device;
+  nb::object int32, int64, boolean, uint8, int8, int16;
+  nb::object s_dtype, s_shape, s_stride, s_data_ptr, s_get_device;
 };
 
 const TorchObjects* torch_objects() {
@@ -183,10 +183,9 @@ const TorchObjects* torch_objects() {
     return nullptr;
   }
   nb::object torch = nb::steal(mod);
-  if (!nb::hasattr(torch, "Tensor") || !nb::hasattr(torch, "strided")) return nullptr;
+  if (!nb::hasattr(torch, "Tensor")) return nullptr;
   auto* t = new TorchObjects;
   t->tensor = reinterpret_cast<PyTypeObject*>(torch.attr("Tensor").ptr());
-  t->strided = torch.attr("strided");
   t->int32 = torch.attr("int32");
   t->int64 = torch.attr("int64");
   t->boolean = torch.attr("bool");
@@ -194,7 +193,6 @@ const TorchObjects* torch_objects() {
   t->int8 = torch.attr("int8");
   t->int16 = torch.attr("int16");
   t->s_dtype = nb::str("dtype");
-  t->s_layout = nb::str("layout");
   t->s_shape = nb::str("shape");
   t->s_stride = nb::str("stride");
   t->s_data_ptr = nb::str("data_ptr");
@@ -217,9 +215,6 @@ nb::object call0(nb::handle obj, nb::handle name) {
 bool import_torch_tensor(nb::handle obj, ImportedArray& a) {
   const TorchObjects* t = torch_objects();
   if (t == nullptr || Py_TYPE(obj.ptr()) != t->tensor) return false;
-  nb::object layout = nb::steal(PyObject_GetAttr(obj.ptr(), t->s_layout.ptr()));
-  if (!layout.is_valid()) throw nb::python_error();
-  if (!layout.is(t->strided)) return false;
   nb::object dt = nb::steal(PyObject_GetAttr(obj.ptr(), t->s_dtype.ptr()));
   if (!dt.is_valid()) throw nb::python_error();
   nb::dlpack::dtype d{};
@@ -247,7 +242,17 @@ bool import_torch_tensor(nb::handle obj, ImportedArray& a) {
   }
   nb::object shape = nb::steal(PyObject_GetAttr(obj.ptr(), t->s_shape.ptr()));
   if (!shape.is_valid()) throw nb::python_error();
-  nb::object stride = call0(obj, t->s_stride);
+  // Tensors of other layouts (sparse, mkldnn, nested) have no strides or no data pointer:
+  // stride() or data_ptr() raises, and the generic path names what is wrong.
+  auto call_or_null = [&](const nb::object& method) {
+    PyObject* args[1] = {obj.ptr()};
+    PyObject* r =
+        PyObject_VectorcallMethod(method.ptr(), args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+    if (r == nullptr) PyErr_Clear();
+    return nb::steal(r);
+  };
+  nb::object stride = call_or_null(t->s_stride);
+  if (!stride.is_valid()) return false;
   if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(stride.ptr())) return false;
   const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
   a.ndim = static_cast<int32_t>(ndim);
@@ -255,7 +260,8 @@ bool import_torch_tensor(nb::handle obj, ImportedArray& a) {
     a.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
     a.strides[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride.ptr(), i));
   }
-  nb::object ptr = call0(obj, t->s_data_ptr);
+  nb::object ptr = call_or_null(t->s_data_ptr);
+  if (!ptr.is_valid()) return false;
   nb::object dev = call0(obj, t->s_get_device);
   const auto p = PyLong_AsUnsignedLongLong(ptr.ptr());
   const long long device = PyLong_AsLongLong(dev.ptr());
@@ -325,7 +331,13 @@ ImportedArray import_array(nb::handle obj, const char* name, Stream consumer) {
   if (!obj.is_valid() || obj.is_none()) return a;
   if (import_torch_tensor(obj, a)) return a;
   nb::ndarray<nb::ro> nd;
-  if (nb::try_cast(obj, nd, /*convert=*/false)) {
+  bool cast = false;
+  try {
+    cast = nb::try_cast(obj, nd, /*convert=*/false);
+  } catch (nb::python_error&) {  // its __dlpack__ raised: try the interfaces below
+    cast = false;
+  }
+  if (cast) {
     a.present = true;
     a.data = nd.data();
     a.ndim = static_cast<int32_t>(nd.ndim());
@@ -340,15 +352,20 @@ ImportedArray import_array(nb::handle obj, const char* name, Stream consumer) {
     return a;
   }
   PyErr_Clear();
-  if (nb::hasattr(obj, "__cuda_array_interface__"))
-    return from_interface(obj, obj.attr("__cuda_array_interface__"), name, true, consumer);
-  if (nb::hasattr(obj, "__array_interface__"))
-    return from_interface(obj, obj.attr("__array_interface__"), name, false, consumer);
+  std::string why;
+  try {
+    if (nb::hasattr(obj, "__cuda_array_interface__"))
+      return from_interface(obj, obj.attr("__cuda_array_interface__"), name, true, consumer);
+    if (nb::hasattr(obj, "__array_interface__"))
+      return from_interface(obj, obj.attr("__array_interface__"), name, false, consumer);
+  } catch (nb::python_error& e) {  // e.g. a sparse torch.Tensor: its interfaces raise
+    why = std::string(" (") + e.what() + ")";
+  }
   throw nb::type_error(
       ("linmeta: " + std::string(name) +
        ": expected an array (a DLPack, __cuda_array_interface__, __array_interface__ or "
        "buffer-protocol object such as a torch.Tensor or numpy.ndarray), got " +
-       obj_type_name(obj))
+       obj_type_name(obj) + why)
           .c_str());
 }
 

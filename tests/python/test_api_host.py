@@ -252,6 +252,13 @@ def test_not_an_array_is_type_error():
         gdn().build(**step(seq_lens=[10, 20, 40, 8]))
 
 
+def test_a_sparse_tensor_is_type_error():
+    torch = pytest.importorskip("torch")
+    sparse = torch.tensor([10, 20, 40, 8], dtype=torch.int32).to_sparse()
+    with pytest.raises(TypeError, match=r"seq_lens: expected an array .* got .*Tensor"):
+        gdn().build(**step(seq_lens=sparse))
+
+
 def test_non_contiguous_1d_is_rejected():
     base = np.array([10, 0, 20, 0, 40, 0, 8, 0], I32)
     with pytest.raises(linmeta.Error, match=r"seq_lens must be contiguous \(stride 1\), got stride 2"):
