@@ -505,6 +505,7 @@ def _engine(kind: str, config: dict, device: torch.device, cls) -> _Engine:
 
 
 def _seq_lens_upper_bound(m):
+    """The host upper bound of seq_lens, as VllmSession.call reads it (CallInputs)."""
     ub = getattr(m, "seq_lens_cpu_upper_bound", None)
     if ub is None:
         ub = m.seq_lens_cpu  # older vLLM: the exact host copy
