@@ -13,7 +13,12 @@ Columns, per scheduler step (all G KV-cache groups), host time in microseconds:
                 ``last_timing``), the floor the adapter wraps;
 * ``py-api``    linmeta's generic Python API (``build_groups`` + every field exported as a
                 torch tensor), for reference;
-* ``adapter - native``: what the Python layer adds.
+* ``adapter - native``: what the Python layer adds, of which
+* ``session``   the C++ session calls alone (``VllmSession.call`` of every group, as
+                ``build()`` makes them: the native build, reading CommonAttentionMetadata,
+                importing the tensors, the result dicts), and
+* ``read``      reading every field of the G returned objects;
+                the rest (adapter - session - read) is the Python ``build()`` above them.
 
 The headline step: 256 spec-decode rows, k = 3, align mode, FULL CUDA graphs (GDN), G = 1
 and G = 4; plus the same for KDA and a mixed prefill step. Runs on the CPU (host target)
@@ -192,7 +197,8 @@ def main():
     print(f"linmeta.vllm bench: device {device}, torch {torch.__version__}, "
           f"iters {args.iters} (seed {seed_iters}) x {args.repeats}")
     header = (f"{'workload':<14} {'G':>2} {'prefetch':>8} {'seed':>9} {'adapter':>9} "
-              f"{'native':>8} {'py-api':>8} {'adapter-native':>15} {'seed/adapter':>12}")
+              f"{'native':>8} {'py-api':>8} {'adapter-native':>15} {'seed/adapter':>12} "
+              f"{'session':>8} {'read':>6}")
     print(header)
     for wl in args.workloads.split(","):
         for groups in (int(x) for x in args.groups.split(",")):
@@ -254,13 +260,26 @@ def main():
                         read_all(md, api_names)
 
                 t_api = timed(run_api, args.iters, args.repeats, sync)
+                # The parts of the adapter's time: its C++ session calls, and the field reads.
+                session, stream_of = eng.session, eng.current_stream
+
+                def run_session():
+                    for b, m in zip(ours_b, ms):
+                        session.call(m, m.block_table_tensor, accepted, drafts, False, b._slot,
+                                     stream_of(), prefetch)
+
+                t_session = timed(run_session, args.iters, args.repeats, sync)
+                mds = [b.build(0, m, accepted, drafts) for b, m in zip(ours_b, ms)]
+                t_read = timed(lambda: [read_all(md, names) for md in mds], args.iters,
+                               args.repeats, sync)
                 row = dict(workload=wl, groups=groups, prefetch=prefetch, seed_us=t_seed,
                            adapter_us=t_adapter, native_us=t_native, py_api_us=t_api,
+                           session_us=t_session, read_us=t_read,
                            device=str(device), torch=torch.__version__)
                 rows.append(row)
                 print(f"{wl:<14} {groups:>2} {str(prefetch):>8} {t_seed:9.1f} {t_adapter:9.1f} "
                       f"{t_native:8.1f} {t_api:8.1f} {t_adapter - t_native:15.1f} "
-                      f"{t_seed / t_adapter:11.1f}x")
+                      f"{t_seed / t_adapter:11.1f}x {t_session:8.1f} {t_read:6.1f}")
     lv._PREFETCH_TABLES = False
     if args.json:
         with open(args.json, "w") as f:
