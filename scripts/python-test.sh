@@ -8,7 +8,7 @@
 #
 #   scripts/python-test.sh              build (reusing build/python) + install + pytest
 #   scripts/python-test.sh --build-only build + install, no tests
-#   scripts/python-test.sh -k vllm      extra arguments go to pytest
+#   scripts/python-test.sh -k vllm      extra arguments go to pytest (no bench smoke run then)
 #
 # LINMETA_VENV overrides the venv folder (default build/venv); LINMETA_PYTHON the interpreter.
 set -euo pipefail
@@ -33,3 +33,9 @@ if [[ ${1:-} == --build-only ]]; then
   exit 0
 fi
 "$py" -m pytest tests/python -q "$@"
+# A smoke run of the vLLM adapter bench (it checks the outputs equal the seed's first), when
+# the seed oracle is there as for the adapter tests.
+if [[ $# -eq 0 && -d ${LINMETA_ORACLE_DIR:-../shared/oracle} ]]; then
+  echo "python-test: bench/python/bench_vllm.py smoke run"
+  "$py" bench/python/bench_vllm.py --iters 20 --repeats 1 --seed-iters 5 --groups 1,2 >/dev/null
+fi
