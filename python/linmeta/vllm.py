@@ -450,22 +450,19 @@ class _Engine:
 
     def run(self, slot, m, table, accepted, drafts, capture):
         """This group's field dict: served from the step's plan, or planned afresh."""
-        session = self.session
-        if session is not None:
-            d = session.call(
-                m, table, accepted, drafts, capture, slot, self.current_stream(), _PREFETCH_TABLES
-            )
-            if d is not None:
-                return d
-        # No builder yet, a builder object registered after the last one was made (slot past
-        # its groups), or (grow) more tokens than its capacity: a larger native builder.
-        self._ensure_native(m.num_actual_tokens)
-        d = self.session.call(
-            m, table, accepted, drafts, capture, slot, self.current_stream(), _PREFETCH_TABLES
-        )
-        if d is None:
-            raise _linmeta.Error("linmeta: internal error: a new native builder refused the step")
-        return d
+        for attempt in range(2):
+            if self.session is not None:
+                d = self.session.call(
+                    m, table, accepted, drafts, capture, slot, self.current_stream(),
+                    _PREFETCH_TABLES,
+                )
+                if d is not None:
+                    return d
+            if attempt == 0:
+                # No builder yet, a builder object registered after the last one was made
+                # (slot past its groups), or (grow) more tokens than its capacity: a larger one.
+                self._ensure_native(m.num_actual_tokens)
+        raise _linmeta.Error("linmeta: internal error: a new native builder refused the step")
 
     def conv_lists(self, nums_view, tot):
         """vLLM's conv1d host lists of the last plan, made once per step for every group."""

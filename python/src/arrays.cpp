@@ -201,11 +201,12 @@ const TorchObjects* torch_objects() {
   return cached;
 }
 
-nb::object call0(nb::handle obj, nb::handle name) {
+/// obj.name(), or a null object (the Python error cleared) when it raises.
+nb::object call0_or_null(nb::handle obj, nb::handle name) {
   PyObject* args[1] = {obj.ptr()};
   PyObject* r =
       PyObject_VectorcallMethod(name.ptr(), args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
-  if (r == nullptr) throw nb::python_error();
+  if (r == nullptr) PyErr_Clear();
   return nb::steal(r);
 }
 
@@ -244,14 +245,7 @@ bool import_torch_tensor(nb::handle obj, ImportedArray& a) {
   if (!shape.is_valid()) throw nb::python_error();
   // Tensors of other layouts (sparse, mkldnn, nested) have no strides or no data pointer:
   // stride() or data_ptr() raises, and the generic path names what is wrong.
-  auto call_or_null = [&](const nb::object& method) {
-    PyObject* args[1] = {obj.ptr()};
-    PyObject* r =
-        PyObject_VectorcallMethod(method.ptr(), args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
-    if (r == nullptr) PyErr_Clear();
-    return nb::steal(r);
-  };
-  nb::object stride = call_or_null(t->s_stride);
+  nb::object stride = call0_or_null(obj, t->s_stride);
   if (!stride.is_valid()) return false;
   if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(stride.ptr())) return false;
   const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
@@ -260,9 +254,9 @@ bool import_torch_tensor(nb::handle obj, ImportedArray& a) {
     a.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
     a.strides[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride.ptr(), i));
   }
-  nb::object ptr = call_or_null(t->s_data_ptr);
-  if (!ptr.is_valid()) return false;
-  nb::object dev = call0(obj, t->s_get_device);
+  nb::object ptr = call0_or_null(obj, t->s_data_ptr);
+  nb::object dev = call0_or_null(obj, t->s_get_device);
+  if (!ptr.is_valid() || !dev.is_valid()) return false;
   const auto p = PyLong_AsUnsignedLongLong(ptr.ptr());
   const long long device = PyLong_AsLongLong(dev.ptr());
   if (PyErr_Occurred()) throw nb::python_error();

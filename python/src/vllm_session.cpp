@@ -288,20 +288,22 @@ class VllmSession {
     const int32_t n = p.step.num_reqs;
     const BlockTable own = import_table(p, table, "block_table", n, b_->memory());
     const auto G = static_cast<size_t>(b_->builder.num_groups());
-    std::vector<nb::object> objs(G, nb::borrow(table));
-    std::vector<int64_t> rows(G, p.arrays.back().shape[0]);
+    const int64_t own_rows = p.arrays.back().shape[0];
+    if (table_objs_.size() != G) {  // the first plan: nothing to prefetch from
+      table_objs_.assign(G, nb::object());
+      table_rows_.assign(G, 0);
+      used_.assign(G, BlockTable{});
+    }
+    // A group's table of the last step when at least as large as this group's (rows and
+    // columns): the gather's width check cannot fail on it where it passes on this one.
+    prefetched_.assign(G, 0);
     p.tables.assign(G, own);
-    if (prefetch && table_objs_.size() == G) {
-      for (size_t g = 0; g < G; ++g) {
-        // A table at least as large as this group's (rows and columns): the gather's width
-        // check cannot fail on it where it passes on this group's own table.
-        if (g == static_cast<size_t>(group) || !table_objs_[g].is_valid() || table_rows_[g] < n ||
-            used_[g].width < own.width)
-          continue;
-        p.tables[g] = used_[g];
-        objs[g] = table_objs_[g];
-        rows[g] = table_rows_[g];
-      }
+    for (size_t g = 0; prefetch && g < G; ++g) {
+      if (g == static_cast<size_t>(group) || !table_objs_[g].is_valid() || table_rows_[g] < n ||
+          used_[g].width < own.width)
+        continue;
+      prefetched_[g] = 1;
+      p.tables[g] = used_[g];
     }
     p.step.block_table = p.tables[0];
     built_ = false;
@@ -316,8 +318,11 @@ class VllmSession {
     inputs_ = in;
     capture_ = capture;
     used_ = p.tables;
-    table_objs_ = std::move(objs);
-    table_rows_ = std::move(rows);
+    for (size_t g = 0; g < G; ++g) {
+      if (prefetched_[g] != 0) continue;
+      table_objs_[g] = nb::borrow(table);
+      table_rows_[g] = own_rows;
+    }
     served_.assign(G, 0);
     served_[static_cast<size_t>(group)] = 1;
     masks_ = nb::none();
@@ -500,6 +505,7 @@ class VllmSession {
   std::vector<BlockTable> used_;        ///< per group: the table its state indices hold
   std::vector<nb::object> table_objs_;  ///< ... and the object it came from
   std::vector<int64_t> table_rows_;     ///< ... and that object's rows
+  std::vector<uint8_t> prefetched_;     ///< per group: the last plan used its old table
 };
 
 /// vLLM's causal-conv1d host lists from the programs per sequence: mlist[p] = sequence of
