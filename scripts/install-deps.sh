@@ -5,9 +5,10 @@
 set -euo pipefail
 
 # clang + libclang-rt-dev (compiler-rt: libFuzzer, ASan, UBSan, TSan) for the fuzz and tsan presets;
-# python3-torch / python3-numpy for the Python package tests and the seed oracle.
+# python3-torch / python3-numpy for the Python package tests and the seed oracle; libtorch-dev and
+# pybind11-dev (torch's C++ headers) for the package's torch reader (linmeta._torch_reader).
 packages=(cmake ninja-build g++ libgtest-dev libfmt-dev nlohmann-json3-dev clang-format python3-pip
-  python3-venv clang libclang-rt-dev python3-torch python3-numpy)
+  python3-venv clang libclang-rt-dev python3-torch python3-numpy libtorch-dev pybind11-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -28,6 +28,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+import sys
+
 import torch
 
 from . import _linmeta
@@ -52,14 +54,21 @@ _KDA_CHECKPOINT_ALIGN = 16  # FlashKDA's chunk: kKdaCheckpointAlign (include/lin
 # stand-in config): it grows on demand (see _Engine._ensure_native).
 _DEFAULT_TOKEN_CAPACITY = 8192
 
-# Opt-in: gather every group's state indices in the first group's launch from the table
-# each group used the step before (verified per group before it is served). Needs every
-# group's block table of a step to be final in stream order when the first group builds
-# (vLLM's runners commit all tables before building metadata). docs/vllm.md.
-_PREFETCH_TABLES = os.environ.get("LINMETA_VLLM_PREFETCH_TABLES", "0") == "1"
+# Gather every group's state indices in the first group's launch from the table each group
+# used the step before (checked per group before it is served: the same memory, else a
+# re-gather). Needs every group's block table of a step to be final in stream order when the
+# first group builds, as vLLM's runners do (they commit all tables before building metadata).
+# On by default; LINMETA_VLLM_PREFETCH_TABLES=0 turns it off. docs/vllm.md.
+_PREFETCH_TABLES = os.environ.get("LINMETA_VLLM_PREFETCH_TABLES", "1") != "0"
+
+# Each builder object's build() as one C++ call (VllmBuildCall) for steps that need nothing
+# but the session's result; LINMETA_VLLM_FAST_BUILD=0 keeps the Python build() for every call.
+_FAST_BUILD = os.environ.get("LINMETA_VLLM_FAST_BUILD", "1") != "0"
 
 # The rules profile of the native builders: "seed" (default) or "vllm-0.34" (docs/vllm.md).
 _PROFILE = os.environ.get("LINMETA_VLLM_PROFILE") or None
+
+_this_module = sys.modules[__name__]  # VllmBuildCall reads _PREFETCH_TABLES from it
 
 
 # --------------------------------------------------------------------------------------------
@@ -279,19 +288,22 @@ def _defaults(cls) -> dict:
     return out
 
 
-def _fast_constructor(cls):
-    """A constructor of dataclass `cls` from a dict holding every field (VllmSession starts
-    each dict from the defaults): plain dataclasses get the dict as their __dict__ (no
-    __init__ call); any other (__post_init__, slots, frozen, factories) goes through
-    __init__."""
-    fields = dataclasses.fields(cls)
-    plain = (
+def _is_plain_dataclass(cls) -> bool:
+    """Whether an instance of dataclass `cls` is its __dict__ of every field (no
+    __post_init__, slots, frozen or factories): such instances are made without __init__."""
+    return (
         not hasattr(cls, "__post_init__")
         and "__slots__" not in cls.__dict__
         and not cls.__dataclass_params__.frozen
-        and all(f.init and f.default_factory is dataclasses.MISSING for f in fields)
+        and all(f.init and f.default_factory is dataclasses.MISSING for f in dataclasses.fields(cls))
     )
-    if not plain:
+
+
+def _fast_constructor(cls):
+    """A constructor of dataclass `cls` from a dict holding every field (VllmSession starts
+    each dict from the defaults): plain dataclasses get the dict as their __dict__ (no
+    __init__ call; VllmBuildCall does the same in C++); any other goes through __init__."""
+    if not _is_plain_dataclass(cls):
         return lambda values: cls(**values)
     new = object.__new__
 
@@ -561,6 +573,27 @@ class GDNAttentionMetadataBuilder(_Base):
         self._slot = self._engine.register(self)
         self._aligned_engine = None  # MRV2's precomputed aligned indices (made on first use)
         self._aligned_slot = -1
+        self._install_fast_build()
+
+    def _install_fast_build(self):
+        """The fixed parts of build()'s C++ path (VllmBuildState, python/src/vllm_build_call.cpp);
+        without them (LINMETA_VLLM_FAST_BUILD=0) build() is _build_python."""
+        if not _FAST_BUILD:
+            return
+        cls = type(self)
+        dc = self._classes[self._kind]
+        self._fast_build = _linmeta.VllmBuildState(
+            self._engine,
+            self._slot,
+            _this_module,
+            cls._build_python,
+            cls._assemble,
+            dc if _is_plain_dataclass(dc) else None,
+            self._make,
+            self._plain_len,
+            self._fast_build_aligned_rule(),
+            torch.int32,
+        )
 
     # -- configuration
 
@@ -633,6 +666,14 @@ class GDNAttentionMetadataBuilder(_Base):
             assert aligned is not None, "Aligned Mamba state indices must be precomputed"
         return None
 
+    def _fast_build_aligned_rule(self) -> int:
+        """When mamba_aligned_state_indices sends a call to the Python build(), as
+        _precomputed_aligned reads it: 0 never (vllm-0.34 profile), 1 when set (seed
+        profile: build() gathers from it), 2 unless set (vllm-0.34, KDA align: it asserts)."""
+        if _PROFILE != "vllm-0.34":
+            return 1
+        return 2 if self._kind == "kda" and self._mamba_cache_mode == "align" else 0
+
     def _aligned(self):
         """The engine of MRV2's precomputed aligned state indices: they are the table,
         gathered as is (mode "none")."""
@@ -644,7 +685,13 @@ class GDNAttentionMetadataBuilder(_Base):
 
     # -- vLLM's interface
 
-    def build(
+    # vLLM's build(common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
+    # num_decode_draft_tokens_cpu=None, fast_build=False): one C++ call (a method like this
+    # class's Python ones) that returns the session's result for a plain step and calls
+    # _build_python for anything else.
+    build = _linmeta.vllm_build
+
+    def _build_python(
         self,
         common_prefix_len: int,
         common_attn_metadata,

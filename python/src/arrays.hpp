@@ -47,8 +47,15 @@ struct ImportedArray {
 
 /// Imports `obj` without copying; None gives an absent array. `consumer` is the
 /// stream the build runs on: a __cuda_array_interface__ producer stream is
-/// ordered before it. Raises TypeError for objects that are no array.
-ImportedArray import_array(nb::handle obj, const char* name, Stream consumer);
+/// ordered before it. Raises TypeError for objects that are no array. Plain torch tensors
+/// are read by linmeta._torch_reader when it is usable (torch_reader: false skips it, for
+/// tests), else by five torch attribute calls; anything else goes through DLPack, the
+/// buffer protocol or the array interfaces.
+ImportedArray import_array(nb::handle obj, const char* name, Stream consumer,
+                           bool torch_reader = true);
+
+/// "on: torch X" when torch tensors are read by linmeta._torch_reader, else "off: why".
+std::string torch_reader_status();
 
 /// What one input must be.
 struct Requirement {

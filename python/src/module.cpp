@@ -285,8 +285,26 @@ NB_MODULE(_linmeta, m) {
       },
       "Whether linmeta's CUDA runtime sees a device.");
 
+  m.def("torch_reader_status", &torch_reader_status,
+        "How torch tensor inputs are read: 'on: torch X' (linmeta._torch_reader, from the "
+        "at::Tensor) or 'off: why' (five torch attribute calls per tensor).");
+  m.def(
+      "_import_info",
+      [](nb::handle obj, bool torch_reader) -> nb::object {
+        const ImportedArray a = import_array(obj, "input", nullptr, torch_reader);
+        if (!a.present) return nb::none();
+        return nb::make_tuple(reinterpret_cast<uintptr_t>(a.data), a.ndim,
+                              nb::make_tuple(a.shape[0], a.shape[1]),
+                              nb::make_tuple(a.strides[0], a.strides[1]), dtype_name(a.dtype),
+                              a.device_type, a.device_id);
+      },
+      "obj"_a.none(), "torch_reader"_a,
+      "(tests) What an input import reads: (data, ndim, shape[:2], strides[:2], dtype, DLPack "
+      "device type, device id), with or without linmeta._torch_reader.");
+
   PyMetadata::bind(m);
   bind_vllm_session(m);
+  bind_vllm_build_call(m);
 
   nb::class_<PyBuilder> base(
       m, "MetadataBuilder",

@@ -543,6 +543,14 @@ void fill_conv_lists(nb::handle nums_obj, nb::handle mlist_obj, nb::handle offse
 
 }  // namespace
 
+nb::object session_call(nb::handle session, nb::handle m, nb::handle table, nb::handle accepted,
+                        nb::handle drafts, bool capture, int32_t group, nb::handle stream,
+                        bool prefetch_tables) {
+  if (!nb::isinstance<VllmSession>(session)) raise_error("session_call: not a VllmSession");
+  return nb::inst_ptr<VllmSession>(session)->call(m, table, accepted, drafts, capture, group,
+                                                  stream, prefetch_tables);
+}
+
 void bind_vllm_session(nb::module_& m) {
   m.def("fill_conv_lists", &fill_conv_lists, "nums"_a, "mlist"_a, "offsetlist"_a,
         "vLLM's causal-conv1d host lists (mlist int64, offsetlist int32) from the programs per "

@@ -54,9 +54,21 @@ def test_public_case(case):
 
 
 def test_random_steps():
-    rng = random.Random(RUN_SEED)
+    _random_steps(RANDOM_STEPS, RUN_SEED)
+
+
+def test_random_steps_on_the_python_paths(monkeypatch):
+    """The paths the defaults skip: build() in Python (LINMETA_VLLM_FAST_BUILD=0) and no table
+    prefetch (LINMETA_VLLM_PREFETCH_TABLES=0)."""
+    monkeypatch.setattr(LV, "_FAST_BUILD", False)
+    monkeypatch.setattr(LV, "_PREFETCH_TABLES", False)
+    _random_steps(max(RANDOM_STEPS // 5, 50), RUN_SEED + 1)
+
+
+def _random_steps(steps, seed):
+    rng = random.Random(seed)
     failures, counts = [], {"gdn": 0, "kda": 0, "groups": 0, "capture": 0, "seed_raised": 0}
-    for i in range(RANDOM_STEPS):
+    for i in range(steps):
         kind = "gdn" if i % 2 == 0 else "kda"
         case = u.random_case(rng, kind)
         counts[kind] += 1
@@ -79,10 +91,9 @@ def test_random_steps():
         for i, c, d in failures[:3]
     )
     assert not failures, (
-        f"{len(failures)} of {RANDOM_STEPS} random steps differ "
-        f"(LINMETA_TEST_SEED={RUN_SEED}):\n{msg}"
+        f"{len(failures)} of {steps} random steps differ (LINMETA_TEST_SEED={seed}):\n{msg}"
     )
-    assert counts["groups"] > RANDOM_STEPS // 5 and counts["capture"] > 0, counts
+    assert counts["groups"] > steps // 5 and counts["capture"] > 0, counts
 
 
 def test_table_prefetch_skips_a_narrower_table_of_the_last_step(monkeypatch):
@@ -212,6 +223,55 @@ def test_groups_are_served_from_one_plan():
     m3 = ms[2].replace(num_actual_tokens=ms[2].num_actual_tokens + 1)
     builders[2].build(0, m3)  # a different step: planned afresh
     assert session.plans == plans + 3
+
+
+def test_plain_steps_take_the_cpp_build(monkeypatch):
+    """build() is one C++ call (VllmBuildState) on a plain step of an engine that has its
+    native builder; int64 counts or a step the session refuses take the Python build()."""
+    case = next(c for c in CASES if c["builder"] == "gdn" and len(c["step"].get("groups", [])) == 4)
+    _, _, _, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
+    assert isinstance(builders[0]._fast_build, LV._linmeta.VllmBuildState)
+    python_builds = []
+    real = LV.GDNAttentionMetadataBuilder._build_python
+
+    def counted(self, *args, **kwargs):
+        python_builds.append(args)
+        return real(self, *args, **kwargs)
+
+    for b in builders:  # the state holds the function it calls: make new ones
+        monkeypatch.setattr(LV.GDNAttentionMetadataBuilder, "_build_python", counted)
+        b._install_fast_build()
+    step = case["step"]
+    acc = None if step["num_accepted_tokens"] is None else u._i32(step["num_accepted_tokens"])
+    drafts = (
+        None
+        if step["num_decode_draft_tokens_cpu"] is None
+        else u._i32(step["num_decode_draft_tokens_cpu"])
+    )
+    plain = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
+    assert python_builds == []
+    if acc is not None:
+        wide = [b.build(0, m, acc.to(torch.int64), drafts) for b, m in zip(builders, ms)]
+        assert len(python_builds) == len(builders)
+        for p, w in zip(plain, wide):
+            assert u.diff(w, p, skip=("num_accepted_tokens",)) == []
+
+
+def test_builder_objects_are_freed_by_reference_counting():
+    """The C++ build() holds no reference to its builder object (no cycle to collect)."""
+    import gc
+    import weakref
+
+    case = _gdn_case("decode")
+    objs = u.vllm_objects(RUNNER, case["config"], 1)
+    gc.disable()
+    try:
+        b = LV.GDNAttentionMetadataBuilder(*objs[0], torch.device("cpu"))
+        ref = weakref.ref(b)
+        del b
+        assert ref() is None
+    finally:
+        gc.enable()
 
 
 def test_update_block_table_matches_the_seed():

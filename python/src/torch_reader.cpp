@@ -1,0 +1,105 @@
+// linmeta._torch_reader: reads torch tensors from their at::Tensor, for linmeta._linmeta's
+// input imports (python/src/arrays.cpp). Built only against a torch found at build time
+// (python/CMakeLists.txt); the module records that torch's version (torch.__version__ of the
+// build), and the main module uses it only when the running torch has the very same version:
+// at::Tensor's layout is not a stable ABI.
+#include "torch_reader.hpp"
+
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/version.h>
+
+#ifndef LINMETA_TORCH_VERSION
+#error "LINMETA_TORCH_VERSION (torch.__version__ at build time) must be defined"
+#endif
+
+namespace {
+
+using linmeta::py::TorchTensorInfo;
+
+/// The dtypes an input can have, as DLPack codes (0 int, 1 uint, 6 bool) and bits; others
+/// (floats etc.) take the generic path, which names the dtype in its error.
+struct DtypeRow {
+  c10::ScalarType type;
+  uint8_t code, bits;
+};
+constexpr DtypeRow kDtypes[] = {
+    {c10::ScalarType::Int, 0, 32}, {c10::ScalarType::Long, 0, 64}, {c10::ScalarType::Short, 0, 16},
+    {c10::ScalarType::Char, 0, 8}, {c10::ScalarType::Byte, 1, 8},  {c10::ScalarType::Bool, 6, 8},
+};
+
+bool dlpack_dtype(c10::ScalarType t, TorchTensorInfo* out) {
+  for (const DtypeRow& row : kDtypes)
+    if (row.type == t) {
+      out->code = row.code;
+      out->bits = row.bits;
+      return true;
+    }
+  return false;
+}
+
+int read_tensor(PyObject* obj, TorchTensorInfo* out) {
+  try {
+    // Subclasses may have other semantics (and wrapper subclasses no storage): generic path.
+    if (!THPVariable_CheckExact(obj)) return 0;
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    if (!t.defined() || t.layout() != c10::kStrided || !t.has_storage() || t.is_neg() ||
+        t.is_conj())
+      return 0;
+    const c10::Device dev = t.device();
+    if (dev.is_cpu()) {
+      out->device_type = 1;
+      out->device_id = 0;
+    } else if (dev.is_cuda()) {
+      out->device_type = 2;
+      out->device_id = dev.index();
+    } else {
+      return 0;
+    }
+    if (!dlpack_dtype(t.scalar_type(), out)) return 0;
+    const int64_t nd = t.dim();
+    out->ndim = static_cast<int32_t>(nd);
+    const c10::IntArrayRef sizes = t.sizes();
+    const c10::IntArrayRef strides = t.strides();
+    out->shape[0] = out->shape[1] = 0;
+    out->strides[0] = out->strides[1] = 0;
+    for (int64_t i = 0; i < nd && i < 2; ++i) {
+      out->shape[i] = sizes[static_cast<size_t>(i)];
+      out->strides[i] = strides[static_cast<size_t>(i)];
+    }
+    // What torch.Tensor.data_ptr() returns (linmeta only reads inputs).
+#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 1 || TORCH_VERSION_MAJOR >= 3
+    out->data = t.const_data_ptr();
+#else
+    out->data = t.data_ptr();
+#endif
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT,
+                          "linmeta._torch_reader",
+                          "Reads torch tensors for linmeta's input imports (internal).",
+                          -1,
+                          nullptr,
+                          nullptr,
+                          nullptr,
+                          nullptr,
+                          nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__torch_reader() {
+  PyObject* m = PyModule_Create(&module_def);
+  if (m == nullptr) return nullptr;
+  PyObject* cap = PyCapsule_New(reinterpret_cast<void*>(&read_tensor),
+                                linmeta::py::kTorchReaderCapsule, nullptr);
+  if (cap == nullptr || PyModule_AddObject(m, "read", cap) != 0 ||
+      PyModule_AddStringConstant(m, "torch_version", LINMETA_TORCH_VERSION) != 0) {
+    Py_XDECREF(cap);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}

@@ -1,0 +1,170 @@
+// The vLLM adapter's build() as one C++ call: linmeta.vllm's builder classes take
+// `vllm_build` below as their `build` method (a method descriptor, like a Python function), so
+// a vLLM step pays no Python frame per group. It reads the object's VllmBuildState (made by
+// _install_fast_build in python/linmeta/vllm.py) and takes the Python build() it stands for
+// (`_build_python`) whenever that would do more than read the session's result: int64
+// accepted / draft counts, MRV2's precomputed aligned indices, no session yet or one that
+// refuses the step; results with composites go to the Python `_assemble`.
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <exception>
+#include <utility>
+
+#include "arrays.hpp"
+#include "vllm_session.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace linmeta::py {
+
+namespace {
+
+/// When MRV2's precomputed aligned state indices send a call to the Python build()
+/// (GDNAttentionMetadataBuilder._fast_build_aligned_rule in vllm.py says which applies).
+enum class AlignedRule : int32_t {
+  Ignore = 0,         ///< never read by build()
+  SlowIfSet = 1,      ///< build() gathers from them when set
+  SlowUnlessSet = 2,  ///< build() asserts they are set
+};
+
+/// One builder object's fixed parts of a fast build. Holds no reference to the builder object
+/// (which holds this), so builders are freed by reference counting as before.
+class VllmBuildState {
+ public:
+  /// engine: the object's _Engine; slot: its group; module: linmeta.vllm (for
+  /// _PREFETCH_TABLES); slow: the Python build function; assemble: the _assemble function;
+  /// cls: the dataclass when a plain dict makes it (else None: `make` is called);
+  /// plain_len: the field count of a plain result (-1: always assemble).
+  VllmBuildState(nb::handle engine, int32_t slot, nb::handle module, nb::handle slow,
+                 nb::handle assemble, nb::handle cls, nb::handle make, int64_t plain_len,
+                 int32_t aligned_rule, nb::handle int32)
+      : engine_(nb::borrow(engine)),
+        slot_(slot),
+        module_(nb::borrow(module)),
+        slow_(nb::borrow(slow)),
+        assemble_(nb::borrow(assemble)),
+        cls_(nb::borrow(cls)),
+        make_(nb::borrow(make)),
+        plain_len_(plain_len),
+        aligned_rule_(static_cast<AlignedRule>(aligned_rule)),
+        int32_(nb::borrow(int32)),
+        stream_fn_(engine.attr("current_stream")) {
+    if (aligned_rule < 0 || aligned_rule > 2)
+      raise_error("VllmBuildState: aligned_rule must be 0, 1 or 2");
+  }
+
+  nb::object build(nb::handle self, nb::handle dict, nb::handle common_prefix_len, nb::handle m,
+                   nb::handle accepted, nb::handle drafts, nb::handle fast_build) const {
+    auto slow = [&] { return slow_(self, common_prefix_len, m, accepted, drafts, fast_build); };
+    if (!int32_or_none(accepted) || !int32_or_none(drafts) || aligned_slow(dict)) return slow();
+    const nb::object session = attr(engine_, names().session);
+    if (session.is_none()) return slow();
+    const nb::object table = attr(m, names().block_table_tensor);
+    const nb::object stream = nb::steal(PyObject_CallNoArgs(stream_fn_.ptr()));
+    if (!stream.is_valid()) throw nb::python_error();
+    const int prefetch = PyObject_IsTrue(attr(module_, names().prefetch).ptr());
+    if (prefetch < 0) throw nb::python_error();
+    nb::object d =
+        session_call(session, m, table, accepted, drafts, false, slot_, stream, prefetch != 0);
+    if (d.is_none()) return slow();  // a larger native builder first: the Python path makes it
+    if (PyDict_Size(d.ptr()) == plain_len_) return make(d);
+    return assemble_(self, d, m, drafts, int32_);
+  }
+
+  struct Names {
+    nb::str session{"session"}, block_table_tensor{"block_table_tensor"},
+        prefetch{"_PREFETCH_TABLES"}, aligned{"mamba_aligned_state_indices"}, state{"_fast_build"},
+        build_python{"_build_python"};
+  };
+  static const Names& names() {
+    static const Names* n = new Names;  // never destroyed (outlives the interpreter)
+    return *n;
+  }
+
+ private:
+  static nb::object attr(nb::handle obj, const nb::str& name) {
+    PyObject* r = PyObject_GetAttr(obj.ptr(), name.ptr());
+    if (r == nullptr) throw nb::python_error();
+    return nb::steal(r);
+  }
+
+  /// None or an int32 array: what the session reads without a conversion.
+  static bool int32_or_none(nb::handle x) {
+    if (x.is_none()) return true;
+    try {
+      const ImportedArray a = import_array(x, "input", nullptr);
+      return a.dtype.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int) &&
+             a.dtype.bits == 32;
+    } catch (const std::exception&) {
+      return false;  // the Python build() raises what is wrong
+    }
+  }
+
+  /// Whether MRV2's aligned indices (an instance attribute, when set) make build() differ.
+  bool aligned_slow(nb::handle dict) const {
+    if (aligned_rule_ == AlignedRule::Ignore) return false;
+    PyObject* v = PyDict_GetItemWithError(dict.ptr(), names().aligned.ptr());
+    if (v == nullptr && PyErr_Occurred()) throw nb::python_error();
+    const bool set = v != nullptr && v != Py_None;
+    return aligned_rule_ == AlignedRule::SlowIfSet ? set : !set;
+  }
+
+  /// The dataclass over `d` as its __dict__ (no __init__ call), as vllm.py's
+  /// _fast_constructor does for plain dataclasses.
+  nb::object make(nb::handle d) const {
+    if (cls_.is_none()) return make_(d);
+    auto* type = reinterpret_cast<PyTypeObject*>(cls_.ptr());
+    nb::object obj = nb::steal(PyBaseObject_Type.tp_new(type, empty_.ptr(), nullptr));
+    if (!obj.is_valid() || PyObject_GenericSetDict(obj.ptr(), d.ptr(), nullptr) != 0)
+      throw nb::python_error();
+    return obj;
+  }
+
+  nb::object engine_;
+  int32_t slot_;
+  nb::object module_, slow_, assemble_, cls_, make_;
+  int64_t plain_len_;
+  AlignedRule aligned_rule_;
+  nb::object int32_;
+  nb::object stream_fn_;
+  nb::tuple empty_;
+};
+
+/// vLLM's build(); `self` is the builder object.
+nb::object vllm_build(nb::handle self, nb::handle common_prefix_len, nb::handle m,
+                      nb::handle accepted, nb::handle drafts, nb::handle fast_build) {
+  const VllmBuildState::Names& n = VllmBuildState::names();
+  const nb::object dict = nb::steal(PyObject_GenericGetDict(self.ptr(), nullptr));
+  if (!dict.is_valid()) throw nb::python_error();
+  PyObject* state = PyDict_GetItemWithError(dict.ptr(), n.state.ptr());
+  if (state == nullptr && PyErr_Occurred()) throw nb::python_error();
+  if (state == nullptr || !nb::isinstance<VllmBuildState>(state))
+    return self.attr(n.build_python)(common_prefix_len, m, accepted, drafts, fast_build);
+  const nb::object keep = nb::borrow(state);  // the call may replace the attribute
+  return nb::inst_ptr<VllmBuildState>(state)->build(self, dict, common_prefix_len, m, accepted,
+                                                    drafts, fast_build);
+}
+
+}  // namespace
+
+void bind_vllm_build_call(nb::module_& m) {
+  nb::class_<VllmBuildState>(m, "VllmBuildState",
+                             "A builder object's fixed parts of linmeta.vllm's fast build() "
+                             "(internal; its `_fast_build` attribute).")
+      .def(nb::init<nb::handle, int32_t, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle,
+                    int64_t, int32_t, nb::handle>(),
+           "engine"_a, "slot"_a, "module"_a, "slow"_a, "assemble"_a, "cls"_a.none(), "make"_a,
+           "plain_len"_a, "aligned_rule"_a, "int32"_a);
+  m.attr("vllm_build") = nb::cpp_function(
+      &vllm_build, nb::is_method(), nb::name("build"), nb::scope(m), "common_prefix_len"_a,
+      "common_attn_metadata"_a, "num_accepted_tokens"_a.none() = nb::none(),
+      "num_decode_draft_tokens_cpu"_a.none() = nb::none(), "fast_build"_a = false,
+      nb::sig("def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None, "
+              "num_decode_draft_tokens_cpu=None, fast_build=False)"),
+      "vLLM's build() of linmeta.vllm's builder classes (a method): one C++ call for plain "
+      "steps, the object's _build_python otherwise.");
+}
+
+}  // namespace linmeta::py
