@@ -299,6 +299,22 @@ def _is_plain_dataclass(cls) -> bool:
     )
 
 
+_plain_dataclass = functools.lru_cache(maxsize=None)(_is_plain_dataclass)
+
+
+def _replace(obj, changes: dict):
+    """dataclasses.replace(obj, **changes); a plain dataclass copies its __dict__ instead of
+    calling __init__ (the same object, without the per-field Python work)."""
+    cls = type(obj)
+    if not _plain_dataclass(cls):
+        return dataclasses.replace(obj, **changes)
+    values = dict(obj.__dict__)
+    values.update(changes)
+    new = object.__new__(cls)
+    new.__dict__ = values
+    return new
+
+
 def _fast_constructor(cls):
     """A constructor of dataclass `cls` from a dict holding every field (VllmSession starts
     each dict from the defaults): plain dataclasses get the dict as their __dict__ (no
@@ -760,7 +776,7 @@ class GDNAttentionMetadataBuilder(_Base):
         ckpt = d.get("_checkpoint")
         if getattr(metadata, "checkpoint", None) is not None and ckpt is not None:
             changes["checkpoint"] = dataclasses.replace(metadata.checkpoint, state_indices=ckpt[1])
-        return dataclasses.replace(metadata, **changes)
+        return _replace(metadata, changes)
 
     # -- the outputs
 
@@ -989,7 +1005,7 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
         ckpt = d.get("_checkpoint")
         if metadata.checkpoint is not None and ckpt is not None:
             changes["checkpoint"] = dataclasses.replace(metadata.checkpoint, state_indices=ckpt[1])
-        return dataclasses.replace(metadata, **changes)
+        return _replace(metadata, changes)
 
 
 def _resolve_gdn_prefill_backend(vllm_config) -> str:

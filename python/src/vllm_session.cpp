@@ -270,6 +270,8 @@ class VllmSession {
   /// num_actual_tokens of the last plan.
   [[nodiscard]] int32_t num_actual_tokens() const { return num_actual_tokens_; }
   [[nodiscard]] size_t cached_views() const { return cache_.size(); }
+  /// Result dicts made from the views so far (the others were copies of the last one).
+  [[nodiscard]] int64_t dicts_made() const { return dicts_made_; }
 
  private:
   void check_group(int32_t group) const {
@@ -411,6 +413,7 @@ class VllmSession {
       if (!out.is_valid()) throw nb::python_error();
     } else {
       out = make_fields(mds_[g]);
+      ++dicts_made_;
       last.m = mds_[g];
       last.dict = nb::steal(PyDict_Copy(out.ptr()));  // ours: the caller's dict is theirs
       if (!last.dict.is_valid()) throw nb::python_error();
@@ -501,6 +504,7 @@ class VllmSession {
   bool capture_ = false;
   bool grow_ = false;
   int64_t plans_ = 0;
+  int64_t dicts_made_ = 0;
   std::vector<uint8_t> served_;         ///< per group: served since the last plan
   std::vector<BlockTable> used_;        ///< per group: the table its state indices hold
   std::vector<nb::object> table_objs_;  ///< ... and the object it came from
@@ -567,7 +571,8 @@ void bind_vllm_session(nb::module_& m) {
       .def("serve", &VllmSession::serve, "group"_a, "table"_a.none(), "stream"_a.none())
       .def_prop_ro("plans", &VllmSession::plans)
       .def_prop_ro("num_actual_tokens", &VllmSession::num_actual_tokens)
-      .def_prop_ro("cached_views", &VllmSession::cached_views);
+      .def_prop_ro("cached_views", &VllmSession::cached_views)
+      .def_prop_ro("dicts_made", &VllmSession::dicts_made);
 }
 
 }  // namespace linmeta::py

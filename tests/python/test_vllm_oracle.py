@@ -248,8 +248,17 @@ def test_plain_steps_take_the_cpp_build(monkeypatch):
         if step["num_decode_draft_tokens_cpu"] is None
         else u._i32(step["num_decode_draft_tokens_cpu"])
     )
+    session = builders[0]._engine.session
     plain = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
+    made = session.dicts_made
+    again = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
     assert python_builds == []
+    # A FULL-graph step of the same shape: equal metadata, so each group's result dict is a
+    # copy of the last one (same tensor objects), not made anew.
+    assert session.dicts_made == made
+    for p, a in zip(plain, again):
+        assert a is not p and a.__dict__ is not p.__dict__
+        assert a.spec_state_indices_tensor is p.spec_state_indices_tensor
     if acc is not None:
         wide = [b.build(0, m, acc.to(torch.int64), drafts) for b, m in zip(builders, ms)]
         assert len(python_builds) == len(builders)
