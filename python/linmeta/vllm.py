@@ -609,7 +609,14 @@ class GDNAttentionMetadataBuilder(_Base):
             self._plain_len,
             self._fast_build_aligned_rule(),
             torch.int32,
+            self._cuda_index(),
         )
+
+    def _cuda_index(self) -> int:
+        """The CUDA device index whose current stream builds run on (VllmBuildState reads it
+        in C++); -1 off CUDA or without an index (then engine.current_stream() is called)."""
+        dev = self._device
+        return dev.index if dev.type == "cuda" and dev.index is not None else -1
 
     # -- configuration
 

@@ -173,13 +173,14 @@ struct TorchObjects {
   PyTypeObject* tensor = nullptr;
   nb::object int32, int64, boolean, uint8, int8, int16;
   nb::object s_dtype, s_shape, s_stride, s_data_ptr, s_get_device;
-  TorchReadFn reader = nullptr;  ///< linmeta._torch_reader's, when usable
-  std::string reader_status;     ///< why it is used or not (torch_reader_status())
+  TorchReadFn reader = nullptr;    ///< linmeta._torch_reader's, when usable
+  TorchStreamFn stream = nullptr;  ///< ... and its current-stream query (CUDA torch builds)
+  std::string reader_status;       ///< why it is used or not (torch_reader_status())
 };
 
 /// linmeta._torch_reader's read function when the module is there, built against this very
 /// torch version, and not switched off (LINMETA_TORCH_READER=0); else null, with the reason.
-TorchReadFn load_torch_reader(nb::handle torch, std::string& status) {
+TorchReadFn load_torch_reader(nb::handle torch, std::string& status, TorchStreamFn& stream) {
   const char* env = std::getenv("LINMETA_TORCH_READER");
   if (env != nullptr && std::string(env) == "0") {
     status = "off: LINMETA_TORCH_READER=0";
@@ -204,6 +205,11 @@ TorchReadFn load_torch_reader(nb::handle torch, std::string& status) {
     PyErr_Clear();
     status = "off: linmeta._torch_reader has another interface (rebuild linmeta)";
     return nullptr;
+  }
+  if (nb::hasattr(reader, "current_stream")) {
+    void* sf = PyCapsule_GetPointer(reader.attr("current_stream").ptr(), kTorchStreamCapsule);
+    if (sf == nullptr) PyErr_Clear();
+    stream = reinterpret_cast<TorchStreamFn>(sf);
   }
   status = "on: torch " + running;
   return reinterpret_cast<TorchReadFn>(fn);
@@ -233,7 +239,7 @@ const TorchObjects* torch_objects() {
   t->s_stride = nb::str("stride");
   t->s_data_ptr = nb::str("data_ptr");
   t->s_get_device = nb::str("get_device");
-  t->reader = load_torch_reader(torch, t->reader_status);
+  t->reader = load_torch_reader(torch, t->reader_status, t->stream);
   cached = t;
   return cached;
 }
@@ -378,6 +384,11 @@ std::string dtype_name(nb::dlpack::dtype dt) {
 std::string torch_reader_status() {
   const TorchObjects* t = torch_objects();
   return t == nullptr ? "off: torch is not imported" : t->reader_status;
+}
+
+bool torch_current_stream(int32_t device, uintptr_t& out) {
+  const TorchObjects* t = torch_objects();
+  return t != nullptr && t->stream != nullptr && t->stream(device, &out) == 1;
 }
 
 ImportedArray import_array(nb::handle obj, const char* name, Stream consumer, bool torch_reader) {

@@ -289,6 +289,16 @@ NB_MODULE(_linmeta, m) {
         "How torch tensor inputs are read: 'on: torch X' (linmeta._torch_reader, from the "
         "at::Tensor) or 'off: why' (five torch attribute calls per tensor).");
   m.def(
+      "_current_stream",
+      [](int32_t device) -> nb::object {
+        uintptr_t s = 0;
+        if (!torch_current_stream(device, s)) return nb::none();
+        return nb::int_(s);
+      },
+      "device"_a,
+      "(tests) torch's current CUDA stream of `device` as linmeta._torch_reader reads it; None "
+      "when that reader (or its CUDA part) is not in use.");
+  m.def(
       "_import_info",
       [](nb::handle obj, bool torch_reader) -> nb::object {
         const ImportedArray a = import_array(obj, "input", nullptr, torch_reader);

@@ -8,6 +8,10 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/version.h>
 
+#ifdef LINMETA_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #ifndef LINMETA_TORCH_VERSION
 #error "LINMETA_TORCH_VERSION (torch.__version__ at build time) must be defined"
 #endif
@@ -78,6 +82,18 @@ int read_tensor(PyObject* obj, TorchTensorInfo* out) {
   }
 }
 
+#ifdef LINMETA_TORCH_CUDA
+int current_stream(int32_t device, uintptr_t* out) {
+  try {
+    const auto index = static_cast<c10::DeviceIndex>(device);
+    *out = reinterpret_cast<uintptr_t>(c10::cuda::getCurrentCUDAStream(index).stream());
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
+#endif
+
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT,
                           "linmeta._torch_reader",
                           "Reads torch tensors for linmeta's input imports (internal).",
@@ -101,5 +117,14 @@ PyMODINIT_FUNC PyInit__torch_reader() {
     Py_DECREF(m);
     return nullptr;
   }
+#ifdef LINMETA_TORCH_CUDA
+  PyObject* stream = PyCapsule_New(reinterpret_cast<void*>(&current_stream),
+                                   linmeta::py::kTorchStreamCapsule, nullptr);
+  if (stream == nullptr || PyModule_AddObject(m, "current_stream", stream) != 0) {
+    Py_XDECREF(stream);
+    Py_DECREF(m);
+    return nullptr;
+  }
+#endif
   return m;
 }

@@ -32,4 +32,10 @@ using TorchReadFn = int (*)(PyObject* obj, TorchTensorInfo* out);
 /// new layout of TorchTensorInfo gets a new name.
 inline constexpr const char* kTorchReaderCapsule = "linmeta._torch_reader.read_v1";
 
+/// Returns 1 and torch's current CUDA stream of `device` (what
+/// torch.cuda.current_stream(device).cuda_stream returns) in `out`, 0 when it cannot. Only in
+/// modules built against a CUDA build of torch (attribute "current_stream").
+using TorchStreamFn = int (*)(int32_t device, uintptr_t* out);
+inline constexpr const char* kTorchStreamCapsule = "linmeta._torch_reader.current_stream_v1";
+
 }  // namespace linmeta::py

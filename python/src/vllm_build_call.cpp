@@ -36,11 +36,14 @@ class VllmBuildState {
   /// engine: the object's _Engine; slot: its group; module: linmeta.vllm (for
   /// _PREFETCH_TABLES); slow: the Python build function; assemble: the _assemble function;
   /// cls: the dataclass when a plain dict makes it (else None: `make` is called);
-  /// plain_len: the field count of a plain result (-1: always assemble).
+  /// plain_len: the field count of a plain result (-1: always assemble); device: the CUDA
+  /// device whose current torch stream the build runs on, read through linmeta._torch_reader
+  /// when it can (else, and for -1, engine.current_stream() is called).
   VllmBuildState(nb::handle engine, int32_t slot, nb::handle module, nb::handle slow,
                  nb::handle assemble, nb::handle cls, nb::handle make, int64_t plain_len,
-                 int32_t aligned_rule, nb::handle int32)
-      : engine_(nb::borrow(engine)),
+                 int32_t aligned_rule, nb::handle int32, int32_t device)
+      : device_(device),
+        engine_(nb::borrow(engine)),
         slot_(slot),
         module_(nb::borrow(module)),
         slow_(nb::borrow(slow)),
@@ -62,7 +65,11 @@ class VllmBuildState {
     const nb::object session = attr(engine_, names().session);
     if (session.is_none()) return slow();
     const nb::object table = attr(m, names().block_table_tensor);
-    const nb::object stream = nb::steal(PyObject_CallNoArgs(stream_fn_.ptr()));
+    uintptr_t raw = 0;
+    const nb::object stream =
+        device_ >= 0 && torch_current_stream(device_, raw)
+            ? nb::steal(PyLong_FromUnsignedLongLong(static_cast<unsigned long long>(raw)))
+            : nb::steal(PyObject_CallNoArgs(stream_fn_.ptr()));
     if (!stream.is_valid()) throw nb::python_error();
     const int prefetch = PyObject_IsTrue(attr(module_, names().prefetch).ptr());
     if (prefetch < 0) throw nb::python_error();
@@ -122,6 +129,7 @@ class VllmBuildState {
     return obj;
   }
 
+  int32_t device_;
   nb::object engine_;
   int32_t slot_;
   nb::object module_, slow_, assemble_, cls_, make_;
@@ -154,9 +162,9 @@ void bind_vllm_build_call(nb::module_& m) {
                              "A builder object's fixed parts of linmeta.vllm's fast build() "
                              "(internal; its `_fast_build` attribute).")
       .def(nb::init<nb::handle, int32_t, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle,
-                    int64_t, int32_t, nb::handle>(),
+                    int64_t, int32_t, nb::handle, int32_t>(),
            "engine"_a, "slot"_a, "module"_a, "slow"_a, "assemble"_a, "cls"_a.none(), "make"_a,
-           "plain_len"_a, "aligned_rule"_a, "int32"_a);
+           "plain_len"_a, "aligned_rule"_a, "int32"_a, "device"_a);
   m.attr("vllm_build") = nb::cpp_function(
       &vllm_build, nb::is_method(), nb::name("build"), nb::scope(m), "common_prefix_len"_a,
       "common_attn_metadata"_a, "num_accepted_tokens"_a.none() = nb::none(),

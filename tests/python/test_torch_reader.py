@@ -67,6 +67,26 @@ def test_the_reader_reads_cuda_tensors():
     assert info[5:] == (2, torch.cuda.current_device())
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_reader_reads_torchs_current_stream():
+    """linmeta.vllm's build() runs on torch's current stream, read by the reader's CUDA part."""
+    if not _reader_on():
+        pytest.skip(_linmeta.torch_reader_status())
+    dev = torch.cuda.current_device()
+    assert _linmeta._current_stream(dev) == torch.cuda.current_stream(dev).cuda_stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert _linmeta._current_stream(dev) == side.cuda_stream != 0
+    assert _linmeta._current_stream(dev) == torch.cuda.current_stream(dev).cuda_stream
+
+
+def test_no_current_stream_without_cuda_torch():
+    if torch.cuda.is_available() or not _reader_on():
+        pytest.skip("a CUDA torch, or no reader")
+    assert _linmeta._current_stream(0) is None
+
+
 class _Sub(torch.Tensor):
     pass
 
