@@ -51,6 +51,7 @@ def main():
         b.build(0, m, acc, drafts)
     session = bs[0]._engine.session
     made0 = session.dicts_made
+    session.timing = True
     for it in range(args.steps):
         t0 = ns()
         md = bs[0].build(0, ms[0], acc, drafts)
@@ -78,6 +79,10 @@ def main():
     print(f"  reading the fields       {med(reads):6.2f}")
     print(f"  result dicts made during the run: {session.dicts_made - made0} "
           f"(of {args.steps * args.groups} results)")
+    phases = session.phase_ns
+    session.timing = False
+    print("  session call phases, per step (all groups): " + ", ".join(
+        f"{k} {v / args.steps / 1e3:.2f}" for k, v in phases.items()))
     x = ms[0].seq_lens
 
     def per_call(fn, n=20000):

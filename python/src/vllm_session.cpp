@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -91,6 +92,31 @@ class ViewCache {
   ArrayType type_;
   std::unordered_map<Key, nb::object, KeyHash> exact_;
   std::unordered_map<Key, Base, KeyHash> bases_;
+};
+
+/// An optional host-time breakdown of VllmSession.call (`timing = True`; printed by
+/// bench/python/profile_vllm_parts.py): nanoseconds per phase, summed over calls.
+class PhaseClock {
+ public:
+  enum Phase : int32_t { Inputs, SameStep, Prepare, Build, Bookkeeping, Fields, kCount };
+  static constexpr std::array<const char*, kCount> kNames = {
+      "inputs", "same_step", "prepare", "native_build", "bookkeeping", "fields"};
+
+  void start() {
+    if (on) last_ = std::chrono::steady_clock::now();
+  }
+  void mark(Phase p) {
+    if (!on) return;
+    const auto t = std::chrono::steady_clock::now();
+    ns[p] += std::chrono::duration_cast<std::chrono::nanoseconds>(t - last_).count();
+    last_ = t;
+  }
+
+  bool on = false;
+  std::array<int64_t, kCount> ns{};
+
+ private:
+  std::chrono::steady_clock::time_point last_;
 };
 
 /// vLLM's CommonAttentionMetadata attributes the session reads, interned once.
@@ -240,20 +266,29 @@ class VllmSession {
   /// used the step before (when at least as large as this call's).
   nb::object call(nb::handle m, nb::handle table, nb::handle accepted, nb::handle drafts,
                   bool capture, int32_t group, nb::handle stream, bool prefetch_tables) {
+    clock_.start();
     const CallInputs in(names_, m, accepted, drafts);
+    clock_.mark(PhaseClock::Inputs);
     const auto G = static_cast<int32_t>(served_.size());
     if (group < 0) raise_error("VllmSession: group " + std::to_string(group) + " is negative");
     if (built_ && group < G && served_[static_cast<size_t>(group)] == 0 && capture == capture_ &&
         same_step(in)) {
+      clock_.mark(PhaseClock::SameStep);
       serve_table(group, table, stream);
-      return fields(group);
+      clock_.mark(PhaseClock::Prepare);
+      nb::object out = fields(group);
+      clock_.mark(PhaseClock::Fields);
+      return out;
     }
+    clock_.mark(PhaseClock::SameStep);
     const Config& cfg = b_->builder.config();
     if (group >= b_->builder.num_groups() ||
         (grow_ && to_int32(in.num_actual_tokens, "num_actual_tokens") > cfg.max_num_batched_tokens))
       return nb::none();
     plan(in, table, capture, group, stream, prefetch_tables);
-    return fields(group);
+    nb::object out = fields(group);
+    clock_.mark(PhaseClock::Fields);
+    return out;
   }
 
   /// Group `group`'s fields of the last plan with its state indices re-gathered from `table`
@@ -270,6 +305,19 @@ class VllmSession {
   /// num_actual_tokens of the last plan.
   [[nodiscard]] int32_t num_actual_tokens() const { return num_actual_tokens_; }
   [[nodiscard]] size_t cached_views() const { return cache_.size(); }
+  /// Turns the phase breakdown on (counters reset) or off.
+  void set_timing(bool on) {
+    clock_.on = on;
+    clock_.ns = {};
+  }
+  [[nodiscard]] bool timing() const { return clock_.on; }
+  /// Nanoseconds per phase of call() since timing was turned on (a dict).
+  [[nodiscard]] nb::dict phase_ns() const {
+    nb::dict d;
+    for (int32_t i = 0; i < PhaseClock::kCount; ++i)
+      d[PhaseClock::kNames[static_cast<size_t>(i)]] = clock_.ns[static_cast<size_t>(i)];
+    return d;
+  }
   /// Result dicts made from the views so far (the others were copies of the last one).
   [[nodiscard]] int64_t dicts_made() const { return dicts_made_; }
 
@@ -309,9 +357,11 @@ class VllmSession {
     }
     p.step.block_table = p.tables[0];
     built_ = false;
+    clock_.mark(PhaseClock::Prepare);
     std::span<const Metadata> ms =
         capture ? b_->builder.build_groups_for_cudagraph_capture(p.step, p.tables, p.stream)
                 : b_->builder.build_groups(p.step, p.tables, p.stream);
+    clock_.mark(PhaseClock::Build);
     mds_.assign(ms.begin(), ms.end());
     num_reqs_ = n;
     num_actual_tokens_ = p.step.num_actual_tokens;
@@ -330,6 +380,7 @@ class VllmSession {
     masks_ = nb::none();
     if (ring_data_ != nullptr && !mds_.empty() && mds_[0].num_spec_decodes > 0)
       masks_ = host_masks(p.step, capture);
+    clock_.mark(PhaseClock::Bookkeeping);
   }
 
   /// The inputs are the plan's objects, or equal ones (see the class comment).
@@ -505,6 +556,7 @@ class VllmSession {
   bool grow_ = false;
   int64_t plans_ = 0;
   int64_t dicts_made_ = 0;
+  PhaseClock clock_;
   std::vector<uint8_t> served_;         ///< per group: served since the last plan
   std::vector<BlockTable> used_;        ///< per group: the table its state indices hold
   std::vector<nb::object> table_objs_;  ///< ... and the object it came from
@@ -572,7 +624,13 @@ void bind_vllm_session(nb::module_& m) {
       .def_prop_ro("plans", &VllmSession::plans)
       .def_prop_ro("num_actual_tokens", &VllmSession::num_actual_tokens)
       .def_prop_ro("cached_views", &VllmSession::cached_views)
-      .def_prop_ro("dicts_made", &VllmSession::dicts_made);
+      .def_prop_ro("dicts_made", &VllmSession::dicts_made)
+      .def_prop_rw("timing", &VllmSession::timing, &VllmSession::set_timing,
+                   "Whether call() times its phases (setting it resets phase_ns).")
+      .def_prop_ro("phase_ns", &VllmSession::phase_ns,
+                   "Host nanoseconds per phase of call() since timing was set: inputs (reading "
+                   "CommonAttentionMetadata), same_step, prepare (imports, table checks), "
+                   "native_build, bookkeeping, fields (the result dict).");
 }
 
 }  // namespace linmeta::py
