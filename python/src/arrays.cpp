@@ -386,6 +386,19 @@ std::string torch_reader_status() {
   return t == nullptr ? "off: torch is not imported" : t->reader_status;
 }
 
+bool is_int32_array(nb::handle obj) {
+  const TorchObjects* t = torch_objects();
+  TorchTensorInfo info{};
+  if (t != nullptr && t->reader != nullptr && t->reader(obj.ptr(), &info) == 1)
+    return info.code == static_cast<uint8_t>(dtype_code::Int) && info.bits == 32;
+  try {
+    const ImportedArray a = import_array(obj, "input", nullptr);
+    return a.present && a.dtype == kInt32;
+  } catch (const std::exception&) {
+    return false;  // not an array: the caller's generic path names what is wrong
+  }
+}
+
 bool torch_current_stream(int32_t device, uintptr_t& out) {
   const TorchObjects* t = torch_objects();
   return t != nullptr && t->stream != nullptr && t->stream(device, &out) == 1;

@@ -60,8 +60,8 @@ int32_t to_int32(nb::handle v, const char* name) {
   if (!PyLong_Check(v.ptr()) && !PyIndex_Check(v.ptr()))
     throw nb::type_error(("linmeta: " + std::string(name) + " must be an int").c_str());
   // An int as is; anything else with __index__ (numpy integers, ...) through int().
-  const long long x = PyLong_Check(v.ptr()) ? PyLong_AsLongLong(v.ptr())
-                                            : PyLong_AsLongLong(nb::int_(v).ptr());
+  const long long x =
+      PyLong_Check(v.ptr()) ? PyLong_AsLongLong(v.ptr()) : PyLong_AsLongLong(nb::int_(v).ptr());
   if (PyErr_Occurred()) {
     PyErr_Clear();
     raise_error(std::string(name) + " is out of range");

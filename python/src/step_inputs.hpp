@@ -5,7 +5,6 @@
 
 #include <nanobind/nanobind.h>
 
-#include <deque>
 #include <vector>
 
 #include "arrays.hpp"
@@ -42,13 +41,22 @@ struct StepArgs {
   nb::handle stream;
 };
 
-/// A step ready for the C++ builder; holds the imported arrays alive.
+/// A step ready for the C++ builder; holds the imported arrays alive. An object kept and
+/// reset() for each step (as VllmSession does) allocates nothing once its vectors have grown.
 struct PreparedStep {
   Step step;
-  std::deque<ImportedArray> arrays;  // stable addresses while more are added
+  std::vector<ImportedArray> arrays;  // an element's address is used before the next import
   std::vector<BlockTable> tables;
   std::vector<nb::object> table_objects;
   Stream stream = nullptr;
+
+  void reset() {
+    step = Step{};
+    arrays.clear();
+    tables.clear();
+    table_objects.clear();
+    stream = nullptr;
+  }
 };
 
 /// The step's arguments in the order of every binding's keyword list.

@@ -98,16 +98,7 @@ class VllmBuildState {
   }
 
   /// None or an int32 array: what the session reads without a conversion.
-  static bool int32_or_none(nb::handle x) {
-    if (x.is_none()) return true;
-    try {
-      const ImportedArray a = import_array(x, "input", nullptr);
-      return a.dtype.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int) &&
-             a.dtype.bits == 32;
-    } catch (const std::exception&) {
-      return false;  // the Python build() raises what is wrong
-    }
-  }
+  static bool int32_or_none(nb::handle x) { return x.is_none() || is_int32_array(x); }
 
   /// Whether MRV2's aligned indices (an instance attribute, when set) make build() differ.
   bool aligned_slow(nb::handle dict) const {

@@ -333,7 +333,8 @@ class VllmSession {
   /// from the same table or (prefetch) from the table each used the step before.
   void plan(const CallInputs& in, nb::handle table, bool capture, int32_t group, nb::handle stream,
             bool prefetch) {
-    PreparedStep p;
+    PreparedStep& p = prep_;
+    p.reset();
     prepare(p, *b_, in.args(stream));
     const int32_t n = p.step.num_reqs;
     const BlockTable own = import_table(p, table, "block_table", n, b_->memory());
@@ -402,7 +403,8 @@ class VllmSession {
   void serve_table(int32_t group, nb::handle table, nb::handle stream) {
     const auto g = static_cast<size_t>(group);
     if (!table.is(table_objs_[g])) {
-      PreparedStep p;
+      PreparedStep& p = table_prep_;  // regather() below resets it: `p` is not used after it
+      p.reset();
       const BlockTable t = import_table(p, table, "block_table", num_reqs_, b_->memory());
       if (t.data != used_[g].data || t.row_stride != used_[g].row_stride ||
           t.width != used_[g].width) {
@@ -416,7 +418,8 @@ class VllmSession {
   }
 
   void regather(int32_t group, nb::handle table, nb::handle stream) {
-    PreparedStep p;
+    PreparedStep& p = table_prep_;
+    p.reset();
     p.stream = b_->builder.target() == Target::Cuda ? parse_stream(stream) : nullptr;
     const auto g = static_cast<size_t>(group);
     const BlockTable t = import_table(p, table, "block_table", num_reqs_, b_->memory());
@@ -557,6 +560,8 @@ class VllmSession {
   int64_t plans_ = 0;
   int64_t dicts_made_ = 0;
   PhaseClock clock_;
+  PreparedStep prep_;                   ///< the last plan's imports (kept: no allocation per step)
+  PreparedStep table_prep_;             ///< a served group's table import
   std::vector<uint8_t> served_;         ///< per group: served since the last plan
   std::vector<BlockTable> used_;        ///< per group: the table its state indices hold
   std::vector<nb::object> table_objs_;  ///< ... and the object it came from
