@@ -8,7 +8,8 @@ Columns, per scheduler step (all G KV-cache groups), host time in microseconds:
 * ``seed``      the seed builders, one object per group, called as vLLM's runner calls them
                 (with seed 001's per-step cache), every field read;
 * ``adapter``   linmeta.vllm's builders, called the same way, every field read as a torch
-                tensor (what an engine gets);
+                tensor (what an engine gets; fields are read with one operator.attrgetter
+                over their names, as attribute loads in an engine's code, in every column);
 * ``native``    linmeta's own host time of the same build (plan + pack + enqueue, from
                 ``last_timing``), the floor the adapter wraps;
 * ``py-api``    linmeta's generic Python API (``build_groups`` + every field exported as a
