@@ -19,7 +19,8 @@ Columns, per scheduler step (all G KV-cache groups), host time in microseconds:
                 ``build()`` makes them: the native build, reading CommonAttentionMetadata,
                 importing the tensors, the result dicts), and
 * ``read``      reading every field of the G returned objects;
-                the rest (adapter - session - read) is the Python ``build()`` above them.
+                the rest (adapter - session - read) is ``build()`` above them (its C++
+                wrapper, the argument handling and the dataclass).
 
 The headline step: 256 spec-decode rows, k = 3, align mode, FULL CUDA graphs (GDN), G = 1
 and G = 4; plus the same for KDA and a mixed prefill step. Runs on the CPU (host target)
@@ -146,8 +147,7 @@ def make_inputs(runner, kind, config, step, groups, device, rng):
 def reader(names):
     """Reads every field of a metadata object, as an engine's attribute loads do (one C call
     over all names: the read costs the attribute loads, not a Python loop around them)."""
-    get = operator.attrgetter(*names)
-    return get
+    return operator.attrgetter(*names)
 
 
 CLOCK = time.perf_counter

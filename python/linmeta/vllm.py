@@ -26,9 +26,8 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
-
 import sys
+from typing import Any
 
 import torch
 
@@ -61,14 +60,15 @@ _DEFAULT_TOKEN_CAPACITY = 8192
 # On by default; LINMETA_VLLM_PREFETCH_TABLES=0 turns it off. docs/vllm.md.
 _PREFETCH_TABLES = os.environ.get("LINMETA_VLLM_PREFETCH_TABLES", "1") != "0"
 
-# Each builder object's build() as one C++ call (VllmBuildCall) for steps that need nothing
-# but the session's result; LINMETA_VLLM_FAST_BUILD=0 keeps the Python build() for every call.
+# build() as one C++ call (_linmeta.vllm_build with each object's VllmBuildState) for steps
+# that need nothing but the session's result; LINMETA_VLLM_FAST_BUILD=0 keeps the Python
+# build() (_build_python) for every call.
 _FAST_BUILD = os.environ.get("LINMETA_VLLM_FAST_BUILD", "1") != "0"
 
 # The rules profile of the native builders: "seed" (default) or "vllm-0.34" (docs/vllm.md).
 _PROFILE = os.environ.get("LINMETA_VLLM_PROFILE") or None
 
-_this_module = sys.modules[__name__]  # VllmBuildCall reads _PREFETCH_TABLES from it
+_this_module = sys.modules[__name__]  # VllmBuildState reads _PREFETCH_TABLES from it
 
 
 # --------------------------------------------------------------------------------------------
@@ -288,6 +288,7 @@ def _defaults(cls) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def _is_plain_dataclass(cls) -> bool:
     """Whether an instance of dataclass `cls` is its __dict__ of every field (no
     __post_init__, slots, frozen or factories): such instances are made without __init__."""
@@ -299,14 +300,11 @@ def _is_plain_dataclass(cls) -> bool:
     )
 
 
-_plain_dataclass = functools.lru_cache(maxsize=None)(_is_plain_dataclass)
-
-
 def _replace(obj, changes: dict):
     """dataclasses.replace(obj, **changes); a plain dataclass copies its __dict__ instead of
     calling __init__ (the same object, without the per-field Python work)."""
     cls = type(obj)
-    if not _plain_dataclass(cls):
+    if not _is_plain_dataclass(cls):
         return dataclasses.replace(obj, **changes)
     values = dict(obj.__dict__)
     values.update(changes)
@@ -318,7 +316,7 @@ def _replace(obj, changes: dict):
 def _fast_constructor(cls):
     """A constructor of dataclass `cls` from a dict holding every field (VllmSession starts
     each dict from the defaults): plain dataclasses get the dict as their __dict__ (no
-    __init__ call; VllmBuildCall does the same in C++); any other goes through __init__."""
+    __init__ call; VllmBuildState does the same in C++); any other goes through __init__."""
     if not _is_plain_dataclass(cls):
         return lambda values: cls(**values)
     new = object.__new__

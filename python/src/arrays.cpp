@@ -387,10 +387,6 @@ std::string torch_reader_status() {
 }
 
 bool is_int32_array(nb::handle obj) {
-  const TorchObjects* t = torch_objects();
-  TorchTensorInfo info{};
-  if (t != nullptr && t->reader != nullptr && t->reader(obj.ptr(), &info) == 1)
-    return info.code == static_cast<uint8_t>(dtype_code::Int) && info.bits == 32;
   try {
     const ImportedArray a = import_array(obj, "input", nullptr);
     return a.present && a.dtype == kInt32;

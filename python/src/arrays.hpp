@@ -57,8 +57,7 @@ ImportedArray import_array(nb::handle obj, const char* name, Stream consumer,
 /// "on: torch X" when torch tensors are read by linmeta._torch_reader, else "off: why".
 std::string torch_reader_status();
 
-/// Whether `obj` is an int32 array (a plain torch tensor is read by linmeta._torch_reader
-/// alone, nothing else made); false for anything else, arrays or not.
+/// Whether `obj` imports as an int32 array; false for anything else, arrays or not.
 bool is_int32_array(nb::handle obj);
 
 /// torch's current CUDA stream of `device` (torch.cuda.current_stream(device).cuda_stream)

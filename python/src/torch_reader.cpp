@@ -71,7 +71,7 @@ int read_tensor(PyObject* obj, TorchTensorInfo* out) {
       out->strides[i] = strides[static_cast<size_t>(i)];
     }
     // What torch.Tensor.data_ptr() returns (linmeta only reads inputs).
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 1 || TORCH_VERSION_MAJOR >= 3
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
     out->data = t.const_data_ptr();
 #else
     out->data = t.data_ptr();

@@ -62,16 +62,16 @@ class VllmBuildState {
                    nb::handle accepted, nb::handle drafts, nb::handle fast_build) const {
     auto slow = [&] { return slow_(self, common_prefix_len, m, accepted, drafts, fast_build); };
     if (!int32_or_none(accepted) || !int32_or_none(drafts) || aligned_slow(dict)) return slow();
-    const nb::object session = attr(engine_, names().session);
+    const nb::object session = get_attr(engine_, names().session);
     if (session.is_none()) return slow();
-    const nb::object table = attr(m, names().block_table_tensor);
+    const nb::object table = get_attr(m, names().block_table_tensor);
     uintptr_t raw = 0;
     const nb::object stream =
         device_ >= 0 && torch_current_stream(device_, raw)
             ? nb::steal(PyLong_FromUnsignedLongLong(static_cast<unsigned long long>(raw)))
             : nb::steal(PyObject_CallNoArgs(stream_fn_.ptr()));
     if (!stream.is_valid()) throw nb::python_error();
-    const int prefetch = PyObject_IsTrue(attr(module_, names().prefetch).ptr());
+    const int prefetch = PyObject_IsTrue(get_attr(module_, names().prefetch).ptr());
     if (prefetch < 0) throw nb::python_error();
     nb::object d =
         session_call(session, m, table, accepted, drafts, false, slot_, stream, prefetch != 0);
@@ -91,12 +91,6 @@ class VllmBuildState {
   }
 
  private:
-  static nb::object attr(nb::handle obj, const nb::str& name) {
-    PyObject* r = PyObject_GetAttr(obj.ptr(), name.ptr());
-    if (r == nullptr) throw nb::python_error();
-    return nb::steal(r);
-  }
-
   /// None or an int32 array: what the session reads without a conversion.
   static bool int32_or_none(nb::handle x) { return x.is_none() || is_int32_array(x); }
 

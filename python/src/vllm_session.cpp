@@ -127,12 +127,6 @@ struct CommonNames {
       is_prefilling{"is_prefilling"}, num_reqs{"num_reqs"};
 };
 
-nb::object get_attr(nb::handle obj, const nb::str& name) {
-  PyObject* r = PyObject_GetAttr(obj.ptr(), name.ptr());
-  if (r == nullptr) throw nb::python_error();
-  return nb::steal(r);
-}
-
 /// The attribute, or None when `obj` has none.
 nb::object get_attr_or_none(nb::handle obj, const nb::str& name) {
   PyObject* r = PyObject_GetAttr(obj.ptr(), name.ptr());
@@ -603,6 +597,12 @@ void fill_conv_lists(nb::handle nums_obj, nb::handle mlist_obj, nb::handle offse
 }
 
 }  // namespace
+
+nb::object get_attr(nb::handle obj, const nb::str& name) {
+  PyObject* r = PyObject_GetAttr(obj.ptr(), name.ptr());
+  if (r == nullptr) throw nb::python_error();
+  return nb::steal(r);
+}
 
 nb::object session_call(nb::handle session, nb::handle m, nb::handle table, nb::handle accepted,
                         nb::handle drafts, bool capture, int32_t group, nb::handle stream,

@@ -16,7 +16,10 @@ nanobind::object session_call(nanobind::handle session, nanobind::handle m, nano
                               nanobind::handle accepted, nanobind::handle drafts, bool capture,
                               int32_t group, nanobind::handle stream, bool prefetch_tables);
 
-/// Binds VllmBuildCall (python/src/vllm_build_call.cpp).
+/// obj.name (interned name); raises the Python error.
+nanobind::object get_attr(nanobind::handle obj, const nanobind::str& name);
+
+/// Binds vllm_build and VllmBuildState (python/src/vllm_build_call.cpp).
 void bind_vllm_build_call(nanobind::module_& m);
 
 }  // namespace linmeta::py
