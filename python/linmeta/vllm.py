@@ -539,6 +539,16 @@ def _seq_lens_upper_bound(m):
 # The builders
 
 
+def _supports_update_block_table(cls, vllm_config, device: torch.device) -> bool:
+    """vLLM's supports_update_block_table for a builder of class `cls`: GDN's own class only
+    (KDA's RecoverSSM / checkpoint metadata is per group) on CUDA; the seed builder also
+    needs the V2 model runner (use_v2_model_runner), vLLM 0.34's does not (MRV2 is its only
+    runner)."""
+    if cls is not GDNAttentionMetadataBuilder or device.type != "cuda":
+        return False
+    return _PROFILE == "vllm-0.34" or bool(getattr(vllm_config, "use_v2_model_runner", False))
+
+
 class GDNAttentionMetadataBuilder(_Base):
     """vLLM's GDNAttentionMetadataBuilder, built by linmeta (see the module docstring)."""
 
@@ -559,10 +569,8 @@ class GDNAttentionMetadataBuilder(_Base):
         self.use_spec_decode: bool = self.num_spec > 0
         self._init_reorder_batch_threshold(1, self.use_spec_decode)
         self.use_full_cuda_graph: bool = self.compilation_config.cudagraph_mode.has_full_cudagraphs()
-        self.supports_update_block_table = (
-            bool(getattr(vllm_config, "use_v2_model_runner", False))
-            and torch.device(device).type == "cuda"
-            and type(self) is GDNAttentionMetadataBuilder
+        self.supports_update_block_table = _supports_update_block_table(
+            type(self), vllm_config, torch.device(device)
         )
         if self.supports_update_block_table:
             # vLLM's MRV2 fills this with the aligned state indices of every request.

@@ -200,6 +200,20 @@ def test_builder_attributes_match_the_seeds():
             assert getattr(ours, attr) == getattr(ref, attr), attr
 
 
+@pytest.mark.parametrize("profile", [None, "vllm-0.34"])
+def test_supports_update_block_table_follows_the_profile(monkeypatch, profile):
+    """The seed builder opts into update_block_table on CUDA under the V2 model runner only;
+    vLLM 0.34's GDN builder on CUDA always (MRV2 is its runner); KDA and CPU never."""
+    monkeypatch.setattr(LV, "_PROFILE", profile)
+    rule = LV._supports_update_block_table
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    for v2 in (False, True):
+        vc = type("VllmConfig", (), {"use_v2_model_runner": v2})()
+        assert rule(LV.GDNAttentionMetadataBuilder, vc, cuda) == (v2 or profile == "vllm-0.34")
+        assert not rule(LV.KimiK3KDAMetadataBuilder, vc, cuda)
+        assert not rule(LV.GDNAttentionMetadataBuilder, vc, cpu)
+
+
 def _gdn_case(name_part):
     return next(c for c in CASES if name_part in c["name"])
 
