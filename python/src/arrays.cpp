@@ -15,8 +15,6 @@ namespace {
 
 using nb::dlpack::dtype_code;
 
-constexpr nb::dlpack::dtype kInt32{static_cast<uint8_t>(dtype_code::Int), 32, 1};
-constexpr nb::dlpack::dtype kBool{static_cast<uint8_t>(dtype_code::Bool), 8, 1};
 
 std::string obj_type_name(nb::handle obj) {
   return nb::cast<std::string>(
@@ -384,15 +382,6 @@ std::string dtype_name(nb::dlpack::dtype dt) {
 std::string torch_reader_status() {
   const TorchObjects* t = torch_objects();
   return t == nullptr ? "off: torch is not imported" : t->reader_status;
-}
-
-bool is_int32_array(nb::handle obj) {
-  try {
-    const ImportedArray a = import_array(obj, "input", nullptr);
-    return a.present && a.dtype == kInt32;
-  } catch (const std::exception&) {
-    return false;  // not an array: the caller's generic path names what is wrong
-  }
 }
 
 bool torch_current_stream(int32_t device, uintptr_t& out) {

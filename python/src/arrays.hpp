@@ -21,6 +21,9 @@ inline constexpr int32_t kDLCUDA = 2;
 inline constexpr int32_t kDLCUDAHost = 3;
 inline constexpr int32_t kDLCUDAManaged = 13;
 
+inline constexpr nb::dlpack::dtype kInt32{static_cast<uint8_t>(nb::dlpack::dtype_code::Int), 32, 1};
+inline constexpr nb::dlpack::dtype kBool{static_cast<uint8_t>(nb::dlpack::dtype_code::Bool), 8, 1};
+
 /// How output arrays are handed to Python.
 enum class ArrayType : int32_t {
   DLPack,  ///< nanobind ndarray objects (__dlpack__, __dlpack_device__, buffer protocol)
@@ -56,9 +59,6 @@ ImportedArray import_array(nb::handle obj, const char* name, Stream consumer,
 
 /// "on: torch X" when torch tensors are read by linmeta._torch_reader, else "off: why".
 std::string torch_reader_status();
-
-/// Whether `obj` imports as an int32 array; false for anything else, arrays or not.
-bool is_int32_array(nb::handle obj);
 
 /// torch's current CUDA stream of `device` (torch.cuda.current_stream(device).cuda_stream)
 /// through linmeta._torch_reader; false when the reader or its CUDA part is not in use.

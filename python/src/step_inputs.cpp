@@ -90,19 +90,24 @@ BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32
   return t;
 }
 
-void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
+bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a, bool refuse_other_counts) {
   const TargetMemory mem = b.memory();
   p.stream = mem.target == Target::Cuda ? parse_stream(a.stream) : nullptr;
   if (mem.target == Target::Host) (void)parse_stream(a.stream);  // still type-check it
   Step& s = p.step;
 
-  auto imp = [&](nb::handle obj, const char* name, Requirement req,
-                 bool required) -> ImportedArray* {
+  bool refused = false;
+  auto imp = [&](nb::handle obj, const char* name, Requirement req, bool required,
+                 bool count = false) -> ImportedArray* {
     if (!obj.is_valid() || obj.is_none()) {
       if (required) raise_error(std::string(name) + " is required");
       return nullptr;
     }
     ImportedArray arr = import_array(obj, name, p.stream);
+    if (count && refuse_other_counts && arr.dtype != kInt32) {
+      refused = true;
+      return nullptr;
+    }
     require(arr, name, req, mem);
     p.arrays.push_back(std::move(arr));
     return &p.arrays.back();
@@ -139,11 +144,12 @@ void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
     check_length(*ip, "is_prefilling", n, exact, "num_reqs");
     s.is_prefilling = {static_cast<const bool*>(ip->data), static_cast<size_t>(n)};
   }
-  if (const ImportedArray* dr =
-          imp(a.num_decode_draft_tokens_cpu, "num_decode_draft_tokens_cpu", host_i32, false)) {
+  if (const ImportedArray* dr = imp(a.num_decode_draft_tokens_cpu, "num_decode_draft_tokens_cpu",
+                                   host_i32, false, true)) {
     check_length(*dr, "num_decode_draft_tokens_cpu", n, exact, "num_reqs");
     s.num_decode_draft_tokens = {static_cast<const int32_t*>(dr->data), static_cast<size_t>(n)};
   }
+  if (refused) return false;
 
   // Device (target-memory) arrays. On the host target query_start_loc defaults to the host copy.
   if (a.query_start_loc.is_valid() && !a.query_start_loc.is_none()) {
@@ -159,10 +165,11 @@ void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
   check_length(*sl, "seq_lens", n, exact, "num_reqs");
   s.seq_lens = static_cast<const int32_t*>(sl->data);
   if (const ImportedArray* acc =
-          imp(a.num_accepted_tokens, "num_accepted_tokens", dev_i32, false)) {
+          imp(a.num_accepted_tokens, "num_accepted_tokens", dev_i32, false, true)) {
     check_length(*acc, "num_accepted_tokens", n, exact, "num_reqs");
     s.num_accepted_tokens = static_cast<const int32_t*>(acc->data);
   }
+  return !refused;
 }
 
 }  // namespace linmeta::py

@@ -77,7 +77,10 @@ int32_t to_int32(nb::handle v, const char* name);
 BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32_t num_reqs,
                         const TargetMemory& mem);
 
-/// Imports and checks every step input (no copies; nothing is written).
-void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a);
+/// Imports and checks every step input (no copies; nothing is written). Returns false, with
+/// nothing checked past them, when `refuse_other_counts` and the draft or accepted counts are
+/// arrays of another dtype than int32 (the caller converts them); true otherwise.
+bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a,
+             bool refuse_other_counts = false);
 
 }  // namespace linmeta::py

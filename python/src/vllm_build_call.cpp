@@ -61,7 +61,7 @@ class VllmBuildState {
   nb::object build(nb::handle self, nb::handle dict, nb::handle common_prefix_len, nb::handle m,
                    nb::handle accepted, nb::handle drafts, nb::handle fast_build) const {
     auto slow = [&] { return slow_(self, common_prefix_len, m, accepted, drafts, fast_build); };
-    if (!int32_or_none(accepted) || !int32_or_none(drafts) || aligned_slow(dict)) return slow();
+    if (aligned_slow(dict)) return slow();
     const nb::object session = get_attr(engine_, names().session);
     if (session.is_none()) return slow();
     const nb::object table = get_attr(m, names().block_table_tensor);
@@ -73,9 +73,10 @@ class VllmBuildState {
     if (!stream.is_valid()) throw nb::python_error();
     const int prefetch = PyObject_IsTrue(get_attr(module_, names().prefetch).ptr());
     if (prefetch < 0) throw nb::python_error();
-    nb::object d =
-        session_call(session, m, table, accepted, drafts, false, slot_, stream, prefetch != 0);
-    if (d.is_none()) return slow();  // a larger native builder first: the Python path makes it
+    // None: int64 counts (the Python path converts them) or a larger native builder first.
+    nb::object d = session_call(session, m, table, accepted, drafts, false, slot_, stream,
+                                prefetch != 0, /*int32_counts_only=*/true);
+    if (d.is_none()) return slow();
     if (PyDict_Size(d.ptr()) == plain_len_) return make(d);
     return assemble_(self, d, m, drafts, int32_);
   }
@@ -91,9 +92,6 @@ class VllmBuildState {
   }
 
  private:
-  /// None or an int32 array: what the session reads without a conversion.
-  static bool int32_or_none(nb::handle x) { return x.is_none() || is_int32_array(x); }
-
   /// Whether MRV2's aligned indices (an instance attribute, when set) make build() differ.
   bool aligned_slow(nb::handle dict) const {
     if (aligned_rule_ == AlignedRule::Ignore) return false;

@@ -257,9 +257,11 @@ class VllmSession {
   /// planned afresh. None when this builder cannot take the step (`group` past its groups,
   /// or more tokens than its capacity with `grow`): the caller makes a larger builder.
   /// prefetch_tables: a plan gathers the other groups' state indices from the tables they
-  /// used the step before (when at least as large as this call's).
+  /// used the step before (when at least as large as this call's). int32_counts_only: None
+  /// also when a step to plan has counts that are not int32 (the caller converts them).
   nb::object call(nb::handle m, nb::handle table, nb::handle accepted, nb::handle drafts,
-                  bool capture, int32_t group, nb::handle stream, bool prefetch_tables) {
+                  bool capture, int32_t group, nb::handle stream, bool prefetch_tables,
+                  bool int32_counts_only = false) {
     clock_.start();
     const CallInputs in(names_, m, accepted, drafts);
     clock_.mark(PhaseClock::Inputs);
@@ -279,7 +281,8 @@ class VllmSession {
     if (group >= b_->builder.num_groups() ||
         (grow_ && to_int32(in.num_actual_tokens, "num_actual_tokens") > cfg.max_num_batched_tokens))
       return nb::none();
-    plan(in, table, capture, group, stream, prefetch_tables);
+    if (!plan(in, table, capture, group, stream, prefetch_tables, int32_counts_only))
+      return nb::none();
     nb::object out = fields(group);
     clock_.mark(PhaseClock::Fields);
     return out;
@@ -324,12 +327,13 @@ class VllmSession {
   }
 
   /// Plans the step and finishes every group in one launch: `group` from `table`, the others
-  /// from the same table or (prefetch) from the table each used the step before.
-  void plan(const CallInputs& in, nb::handle table, bool capture, int32_t group, nb::handle stream,
-            bool prefetch) {
+  /// from the same table or (prefetch) from the table each used the step before. False, with
+  /// nothing changed, when `int32_counts_only` refuses the step's counts.
+  bool plan(const CallInputs& in, nb::handle table, bool capture, int32_t group, nb::handle stream,
+            bool prefetch, bool int32_counts_only) {
     PreparedStep& p = prep_;
     p.reset();
-    prepare(p, *b_, in.args(stream));
+    if (!prepare(p, *b_, in.args(stream), int32_counts_only)) return false;
     const int32_t n = p.step.num_reqs;
     const BlockTable own = import_table(p, table, "block_table", n, b_->memory());
     const auto G = static_cast<size_t>(b_->builder.num_groups());
@@ -376,6 +380,7 @@ class VllmSession {
     if (ring_data_ != nullptr && !mds_.empty() && mds_[0].num_spec_decodes > 0)
       masks_ = host_masks(p.step, capture);
     clock_.mark(PhaseClock::Bookkeeping);
+    return true;
   }
 
   /// The inputs are the plan's objects, or equal ones (see the class comment).
@@ -606,10 +611,10 @@ nb::object get_attr(nb::handle obj, const nb::str& name) {
 
 nb::object session_call(nb::handle session, nb::handle m, nb::handle table, nb::handle accepted,
                         nb::handle drafts, bool capture, int32_t group, nb::handle stream,
-                        bool prefetch_tables) {
+                        bool prefetch_tables, bool int32_counts_only) {
   if (!nb::isinstance<VllmSession>(session)) raise_error("session_call: not a VllmSession");
   return nb::inst_ptr<VllmSession>(session)->call(m, table, accepted, drafts, capture, group,
-                                                  stream, prefetch_tables);
+                                                  stream, prefetch_tables, int32_counts_only);
 }
 
 void bind_vllm_session(nb::module_& m) {
@@ -622,7 +627,8 @@ void bind_vllm_session(nb::module_& m) {
       "and serves each group's fields as a dict of cached views of the persistent buffers.")
       .def(nb::init<nb::handle>(), "builder"_a)
       .def("call", &VllmSession::call, "common_attn_metadata"_a, "table"_a, "accepted"_a.none(),
-           "drafts"_a.none(), "capture"_a, "group"_a, "stream"_a.none(), "prefetch_tables"_a)
+           "drafts"_a.none(), "capture"_a, "group"_a, "stream"_a.none(), "prefetch_tables"_a,
+           "int32_counts_only"_a = false)
       .def("configure", &VllmSession::configure, "fields"_a, "defaults"_a, "mask_ring"_a.none(),
            "grow"_a)
       .def("serve", &VllmSession::serve, "group"_a, "table"_a.none(), "stream"_a.none())

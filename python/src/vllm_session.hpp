@@ -12,9 +12,12 @@ namespace linmeta::py {
 void bind_vllm_session(nanobind::module_& m);
 
 /// VllmSession.call (see there) for C++ callers; `session` must be a VllmSession.
+/// int32_counts_only: None, instead of a plan, when the accepted or draft counts are not int32
+/// arrays (a call served from the last plan passes the plan's own, imported as int32).
 nanobind::object session_call(nanobind::handle session, nanobind::handle m, nanobind::handle table,
                               nanobind::handle accepted, nanobind::handle drafts, bool capture,
-                              int32_t group, nanobind::handle stream, bool prefetch_tables);
+                              int32_t group, nanobind::handle stream, bool prefetch_tables,
+                              bool int32_counts_only);
 
 /// obj.name (interned name); raises the Python error.
 nanobind::object get_attr(nanobind::handle obj, const nanobind::str& name);
