@@ -15,7 +15,6 @@ namespace {
 
 using nb::dlpack::dtype_code;
 
-
 std::string obj_type_name(nb::handle obj) {
   return nb::cast<std::string>(
       nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())))));

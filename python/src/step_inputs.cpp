@@ -145,7 +145,7 @@ bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a, bool refuse
     s.is_prefilling = {static_cast<const bool*>(ip->data), static_cast<size_t>(n)};
   }
   if (const ImportedArray* dr = imp(a.num_decode_draft_tokens_cpu, "num_decode_draft_tokens_cpu",
-                                   host_i32, false, true)) {
+                                    host_i32, false, true)) {
     check_length(*dr, "num_decode_draft_tokens_cpu", n, exact, "num_reqs");
     s.num_decode_draft_tokens = {static_cast<const int32_t*>(dr->data), static_cast<size_t>(n)};
   }
