@@ -31,7 +31,7 @@ enum class AlignedRule : int32_t {
 
 /// One builder object's fixed parts of a fast build. Holds no reference to the builder object
 /// (which holds this), so builders are freed by reference counting as before.
-class VllmBuildState {
+class VllmBuildState final : public LaunchArgs {
  public:
   /// engine: the object's _Engine; slot: its group; module: linmeta.vllm (for
   /// _PREFETCH_TABLES); slow: the Python build function; assemble: the _assemble function;
@@ -65,20 +65,30 @@ class VllmBuildState {
     const nb::object session = get_attr(engine_, names().session);
     if (session.is_none()) return slow();
     const nb::object table = get_attr(m, names().block_table_tensor);
+    // None: int64 counts (the Python path converts them) or a larger native builder first.
+    nb::object d =
+        session_call(session, m, table, accepted, drafts, false, slot_, *this, /*int32=*/true);
+    if (d.is_none()) return slow();
+    if (PyDict_Size(d.ptr()) == plain_len_) return make(d);
+    return assemble_(self, d, m, drafts, int32_);
+  }
+
+  /// torch's current stream on the builder's device (LaunchArgs).
+  [[nodiscard]] nb::object stream() const override {
     uintptr_t raw = 0;
-    const nb::object stream =
+    nb::object stream =
         device_ >= 0 && torch_current_stream(device_, raw)
             ? nb::steal(PyLong_FromUnsignedLongLong(static_cast<unsigned long long>(raw)))
             : nb::steal(PyObject_CallNoArgs(stream_fn_.ptr()));
     if (!stream.is_valid()) throw nb::python_error();
+    return stream;
+  }
+
+  /// linmeta.vllm._PREFETCH_TABLES (LaunchArgs).
+  [[nodiscard]] bool prefetch_tables() const override {
     const int prefetch = PyObject_IsTrue(get_attr(module_, names().prefetch).ptr());
     if (prefetch < 0) throw nb::python_error();
-    // None: int64 counts (the Python path converts them) or a larger native builder first.
-    nb::object d = session_call(session, m, table, accepted, drafts, false, slot_, stream,
-                                prefetch != 0, /*int32_counts_only=*/true);
-    if (d.is_none()) return slow();
-    if (PyDict_Size(d.ptr()) == plain_len_) return make(d);
-    return assemble_(self, d, m, drafts, int32_);
+    return prefetch != 0;
   }
 
   struct Names {

@@ -182,6 +182,19 @@ bool same_array(nb::handle a, nb::handle b, bool host) {
   return bytes == 0 || std::memcmp(x.data, y.data, bytes) == 0;
 }
 
+/// LaunchArgs known up front (VllmSession.call from Python).
+class FixedLaunchArgs final : public LaunchArgs {
+ public:
+  FixedLaunchArgs(nb::handle stream, bool prefetch)
+      : stream_(nb::borrow(stream.is_valid() ? stream : nb::none())), prefetch_(prefetch) {}
+  [[nodiscard]] nb::object stream() const override { return stream_; }
+  [[nodiscard]] bool prefetch_tables() const override { return prefetch_; }
+
+ private:
+  nb::object stream_;
+  bool prefetch_;
+};
+
 /// One builder's step state for the vLLM adapter (python/linmeta/vllm.py): the builder
 /// objects of an engine (one per KV-cache group, `group` below) call `call` with their own
 /// CommonAttentionMetadata; the first call of a step plans it and finishes every group in
@@ -256,12 +269,12 @@ class VllmSession {
   /// draft counts (int32 or None): served from the last plan when it is the same step, else
   /// planned afresh. None when this builder cannot take the step (`group` past its groups,
   /// or more tokens than its capacity with `grow`): the caller makes a larger builder.
-  /// prefetch_tables: a plan gathers the other groups' state indices from the tables they
-  /// used the step before (when at least as large as this call's). int32_counts_only: None
-  /// also when a step to plan has counts that are not int32 (the caller converts them).
+  /// launch: the stream and whether a plan prefetches tables (it gathers the other groups'
+  /// state indices from the tables they used the step before, when at least as large as this
+  /// call's), read only when the call launches. int32_counts_only: None also when a step to
+  /// plan has counts that are not int32 (the caller converts them).
   nb::object call(nb::handle m, nb::handle table, nb::handle accepted, nb::handle drafts,
-                  bool capture, int32_t group, nb::handle stream, bool prefetch_tables,
-                  bool int32_counts_only = false) {
+                  bool capture, int32_t group, const LaunchArgs& launch, bool int32_counts_only) {
     clock_.start();
     const CallInputs in(names_, m, accepted, drafts);
     clock_.mark(PhaseClock::Inputs);
@@ -270,7 +283,7 @@ class VllmSession {
     if (built_ && group < G && served_[static_cast<size_t>(group)] == 0 && capture == capture_ &&
         same_step(in)) {
       clock_.mark(PhaseClock::SameStep);
-      serve_table(group, table, stream);
+      serve_table(group, table, launch);
       clock_.mark(PhaseClock::Prepare);
       nb::object out = fields(group);
       clock_.mark(PhaseClock::Fields);
@@ -281,8 +294,7 @@ class VllmSession {
     if (group >= b_->builder.num_groups() ||
         (grow_ && to_int32(in.num_actual_tokens, "num_actual_tokens") > cfg.max_num_batched_tokens))
       return nb::none();
-    if (!plan(in, table, capture, group, stream, prefetch_tables, int32_counts_only))
-      return nb::none();
+    if (!plan(in, table, capture, group, launch, int32_counts_only)) return nb::none();
     nb::object out = fields(group);
     clock_.mark(PhaseClock::Fields);
     return out;
@@ -329,11 +341,13 @@ class VllmSession {
   /// Plans the step and finishes every group in one launch: `group` from `table`, the others
   /// from the same table or (prefetch) from the table each used the step before. False, with
   /// nothing changed, when `int32_counts_only` refuses the step's counts.
-  bool plan(const CallInputs& in, nb::handle table, bool capture, int32_t group, nb::handle stream,
-            bool prefetch, bool int32_counts_only) {
+  bool plan(const CallInputs& in, nb::handle table, bool capture, int32_t group,
+            const LaunchArgs& launch, bool int32_counts_only) {
     PreparedStep& p = prep_;
     p.reset();
+    const nb::object stream = launch.stream();
     if (!prepare(p, *b_, in.args(stream), int32_counts_only)) return false;
+    const bool prefetch = launch.prefetch_tables();
     const int32_t n = p.step.num_reqs;
     const BlockTable own = import_table(p, table, "block_table", n, b_->memory());
     const auto G = static_cast<size_t>(b_->builder.num_groups());
@@ -399,7 +413,7 @@ class VllmSession {
 
   /// Serves `group` from the plan: re-gathers its state indices unless the launch used this
   /// table's memory already.
-  void serve_table(int32_t group, nb::handle table, nb::handle stream) {
+  void serve_table(int32_t group, nb::handle table, const LaunchArgs& launch) {
     const auto g = static_cast<size_t>(group);
     if (!table.is(table_objs_[g])) {
       PreparedStep& p = table_prep_;  // regather() below resets it: `p` is not used after it
@@ -407,7 +421,7 @@ class VllmSession {
       const BlockTable t = import_table(p, table, "block_table", num_reqs_, b_->memory());
       if (t.data != used_[g].data || t.row_stride != used_[g].row_stride ||
           t.width != used_[g].width) {
-        regather(group, table, stream);
+        regather(group, table, launch.stream());
       } else {
         table_objs_[g] = nb::borrow(table);
         table_rows_[g] = p.arrays.back().shape[0];
@@ -610,11 +624,11 @@ nb::object get_attr(nb::handle obj, const nb::str& name) {
 }
 
 nb::object session_call(nb::handle session, nb::handle m, nb::handle table, nb::handle accepted,
-                        nb::handle drafts, bool capture, int32_t group, nb::handle stream,
-                        bool prefetch_tables, bool int32_counts_only) {
+                        nb::handle drafts, bool capture, int32_t group, const LaunchArgs& launch,
+                        bool int32_counts_only) {
   if (!nb::isinstance<VllmSession>(session)) raise_error("session_call: not a VllmSession");
   return nb::inst_ptr<VllmSession>(session)->call(m, table, accepted, drafts, capture, group,
-                                                  stream, prefetch_tables, int32_counts_only);
+                                                  launch, int32_counts_only);
 }
 
 void bind_vllm_session(nb::module_& m) {
@@ -626,9 +640,15 @@ void bind_vllm_session(nb::module_& m) {
       "Fast path of linmeta.vllm (internal): builds a step for every KV-cache group of a builder "
       "and serves each group's fields as a dict of cached views of the persistent buffers.")
       .def(nb::init<nb::handle>(), "builder"_a)
-      .def("call", &VllmSession::call, "common_attn_metadata"_a, "table"_a, "accepted"_a.none(),
-           "drafts"_a.none(), "capture"_a, "group"_a, "stream"_a.none(), "prefetch_tables"_a,
-           "int32_counts_only"_a = false)
+      .def(
+          "call",
+          [](VllmSession& s, nb::handle m, nb::handle table, nb::handle accepted, nb::handle drafts,
+             bool capture, int32_t group, nb::handle stream, bool prefetch) {
+            return s.call(m, table, accepted, drafts, capture, group,
+                          FixedLaunchArgs(stream, prefetch), /*int32_counts_only=*/false);
+          },
+          "common_attn_metadata"_a, "table"_a, "accepted"_a.none(), "drafts"_a.none(), "capture"_a,
+          "group"_a, "stream"_a.none(), "prefetch_tables"_a)
       .def("configure", &VllmSession::configure, "fields"_a, "defaults"_a, "mask_ring"_a.none(),
            "grow"_a)
       .def("serve", &VllmSession::serve, "group"_a, "table"_a.none(), "stream"_a.none())

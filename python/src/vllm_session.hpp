@@ -11,13 +11,28 @@ namespace linmeta::py {
 /// Binds VllmSession and fill_conv_lists into the extension module.
 void bind_vllm_session(nanobind::module_& m);
 
+/// What a VllmSession call needs only when it launches work (a plan, or a re-gather of a
+/// group's state indices from another table): read on demand, so that a call served from the
+/// plan reads neither.
+class LaunchArgs {
+ public:
+  LaunchArgs() = default;
+  LaunchArgs(const LaunchArgs&) = delete;
+  LaunchArgs& operator=(const LaunchArgs&) = delete;
+  virtual ~LaunchArgs() = default;
+  /// The stream to launch on: None, an int cudaStream_t handle or a torch.cuda.Stream.
+  [[nodiscard]] virtual nanobind::object stream() const = 0;
+  /// Whether a plan gathers the other groups' state indices from the tables they used the
+  /// step before.
+  [[nodiscard]] virtual bool prefetch_tables() const = 0;
+};
+
 /// VllmSession.call (see there) for C++ callers; `session` must be a VllmSession.
 /// int32_counts_only: None, instead of a plan, when the accepted or draft counts are not int32
 /// arrays (a call served from the last plan passes the plan's own, imported as int32).
 nanobind::object session_call(nanobind::handle session, nanobind::handle m, nanobind::handle table,
                               nanobind::handle accepted, nanobind::handle drafts, bool capture,
-                              int32_t group, nanobind::handle stream, bool prefetch_tables,
-                              bool int32_counts_only);
+                              int32_t group, const LaunchArgs& launch, bool int32_counts_only);
 
 /// obj.name (interned name); raises the Python error.
 nanobind::object get_attr(nanobind::handle obj, const nanobind::str& name);
