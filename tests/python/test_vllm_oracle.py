@@ -61,7 +61,7 @@ def test_random_steps_on_the_python_paths(monkeypatch):
     """The paths the defaults skip: build() in Python (LINMETA_VLLM_FAST_BUILD=0) and no table
     prefetch (LINMETA_VLLM_PREFETCH_TABLES=0)."""
     monkeypatch.setattr(LV, "_FAST_BUILD", False)
-    monkeypatch.setattr(LV, "_PREFETCH_TABLES", False)
+    monkeypatch.setattr(LV, "_PREFETCH_TABLES", True)
     _random_steps(max(RANDOM_STEPS // 5, 50), RUN_SEED + 1)
 
 
@@ -252,7 +252,19 @@ def test_plain_steps_take_the_cpp_build(monkeypatch):
         python_builds.append(args)
         return real(self, *args, **kwargs)
 
-    for b in builders:  # the state holds the function it calls: make new ones
+    # A call served from the plan reads no stream: count the reads (the state holds the
+    # engine's stream function it calls, like the Python build function: make new states).
+    engine = builders[0]._engine
+    stream_reads = []
+    real_stream = engine.current_stream
+
+    def counted_stream():
+        stream_reads.append(1)
+        return real_stream()
+
+    monkeypatch.setattr(engine, "current_stream", counted_stream)
+    monkeypatch.setattr(LV, "_PREFETCH_TABLES", True)
+    for b in builders:
         monkeypatch.setattr(LV.GDNAttentionMetadataBuilder, "_build_python", counted)
         b._install_fast_build()
     step = case["step"]
@@ -267,6 +279,8 @@ def test_plain_steps_take_the_cpp_build(monkeypatch):
     made = session.dicts_made
     again = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
     assert python_builds == []
+    # Each step launched once, by its first group: every table was the group's last one.
+    assert len(stream_reads) == 2
     # A FULL-graph step of the same shape: equal metadata, so each group's result dict is a
     # copy of the last one (same tensor objects), not made anew.
     assert session.dicts_made == made
