@@ -388,10 +388,10 @@ bool torch_current_stream(int32_t device, uintptr_t& out) {
   return t != nullptr && t->stream != nullptr && t->stream(device, &out) == 1;
 }
 
-ImportedArray import_array(nb::handle obj, const char* name, Stream consumer, bool torch_reader) {
-  ImportedArray a;
-  if (!obj.is_valid() || obj.is_none()) return a;
-  if (import_torch_tensor(obj, a, torch_reader)) return a;
+void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Stream consumer,
+                       bool torch_reader) {
+  if (!obj.is_valid() || obj.is_none()) return;
+  if (import_torch_tensor(obj, a, torch_reader)) return;
   nb::ndarray<nb::ro> nd;
   bool cast = false;
   try {
@@ -411,15 +411,19 @@ ImportedArray import_array(nb::handle obj, const char* name, Stream consumer, bo
     a.device_type = nd.device_type();
     a.device_id = nd.device_id();
     a.nd = std::move(nd);
-    return a;
+    return;
   }
   PyErr_Clear();
   std::string why;
   try {
-    if (nb::hasattr(obj, "__cuda_array_interface__"))
-      return from_interface(obj, obj.attr("__cuda_array_interface__"), name, true, consumer);
-    if (nb::hasattr(obj, "__array_interface__"))
-      return from_interface(obj, obj.attr("__array_interface__"), name, false, consumer);
+    if (nb::hasattr(obj, "__cuda_array_interface__")) {
+      a = from_interface(obj, obj.attr("__cuda_array_interface__"), name, true, consumer);
+      return;
+    }
+    if (nb::hasattr(obj, "__array_interface__")) {
+      a = from_interface(obj, obj.attr("__array_interface__"), name, false, consumer);
+      return;
+    }
   } catch (nb::python_error& e) {  // e.g. a sparse torch.Tensor: its interfaces raise
     why = std::string(" (") + e.what() + ")";
   }
@@ -429,6 +433,12 @@ ImportedArray import_array(nb::handle obj, const char* name, Stream consumer, bo
        "buffer-protocol object such as a torch.Tensor or numpy.ndarray), got " +
        obj_type_name(obj) + why)
           .c_str());
+}
+
+ImportedArray import_array(nb::handle obj, const char* name, Stream consumer, bool torch_reader) {
+  ImportedArray a;
+  import_array_into(a, obj, name, consumer, torch_reader);
+  return a;
 }
 
 void require(const ImportedArray& a, const char* name, const Requirement& req,

@@ -57,6 +57,11 @@ struct ImportedArray {
 ImportedArray import_array(nb::handle obj, const char* name, Stream consumer,
                            bool torch_reader = true);
 
+/// import_array into `a`, an ImportedArray as default-constructed (the import is built in
+/// place, e.g. in a PreparedStep's vector, without moving the struct around).
+void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Stream consumer,
+                       bool torch_reader = true);
+
 /// "on: torch X" when torch tensors are read by linmeta._torch_reader, else "off: why".
 std::string torch_reader_status();
 

@@ -74,7 +74,8 @@ int32_t to_int32(nb::handle v, const char* name) {
 BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32_t num_reqs,
                         const TargetMemory& mem) {
   if (!obj.is_valid() || obj.is_none()) raise_error(std::string(name) + " is required");
-  ImportedArray a = import_array(obj, name, p.stream);
+  ImportedArray& a = p.arrays.emplace_back();
+  import_array_into(a, obj, name, p.stream);
   require(a, name, {.device = true, .boolean = false, .ndim = 2}, mem);
   if (a.shape[0] < num_reqs)
     raise_error(std::string(name) + " has " + std::to_string(a.shape[0]) +
@@ -85,7 +86,6 @@ BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32
   t.data = static_cast<const int32_t*>(a.data);
   t.width = static_cast<int32_t>(a.shape[1]);
   t.row_stride = a.shape[0] > 1 ? a.strides[0] : std::max<int64_t>(a.strides[0], a.shape[1]);
-  p.arrays.push_back(std::move(a));
   p.table_objects.push_back(nb::borrow(obj));
   return t;
 }
@@ -103,14 +103,14 @@ bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a, bool refuse
       if (required) raise_error(std::string(name) + " is required");
       return nullptr;
     }
-    ImportedArray arr = import_array(obj, name, p.stream);
+    ImportedArray& arr = p.arrays.emplace_back();  // kept alive by `p` (read in place)
+    import_array_into(arr, obj, name, p.stream);
     if (count && refuse_other_counts && arr.dtype != kInt32) {
       refused = true;
       return nullptr;
     }
     require(arr, name, req, mem);
-    p.arrays.push_back(std::move(arr));
-    return &p.arrays.back();
+    return &arr;
   };
   const Requirement host_i32{.device = false, .boolean = false, .ndim = 1};
   const Requirement dev_i32{.device = true, .boolean = false, .ndim = 1};
