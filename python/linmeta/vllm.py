@@ -23,10 +23,10 @@ import dataclasses
 import enum
 import functools
 import os
+import sys
 import threading
 import weakref
 from dataclasses import dataclass, field
-import sys
 from typing import Any
 
 import torch
@@ -300,33 +300,30 @@ def _is_plain_dataclass(cls) -> bool:
     )
 
 
+def _with_dict(cls, values: dict):
+    """An instance of plain dataclass `cls` whose __dict__ is `values` (every field; no
+    __init__ call; VllmBuildState does the same in C++)."""
+    obj = object.__new__(cls)
+    obj.__dict__ = values
+    return obj
+
+
 def _replace(obj, changes: dict):
     """dataclasses.replace(obj, **changes); a plain dataclass copies its __dict__ instead of
     calling __init__ (the same object, without the per-field Python work)."""
     cls = type(obj)
     if not _is_plain_dataclass(cls):
         return dataclasses.replace(obj, **changes)
-    values = dict(obj.__dict__)
-    values.update(changes)
-    new = object.__new__(cls)
-    new.__dict__ = values
-    return new
+    return _with_dict(cls, {**obj.__dict__, **changes})
 
 
 def _fast_constructor(cls):
     """A constructor of dataclass `cls` from a dict holding every field (VllmSession starts
-    each dict from the defaults): plain dataclasses get the dict as their __dict__ (no
-    __init__ call; VllmBuildState does the same in C++); any other goes through __init__."""
+    each dict from the defaults): plain dataclasses get the dict as their __dict__
+    (_with_dict); any other goes through __init__."""
     if not _is_plain_dataclass(cls):
         return lambda values: cls(**values)
-    new = object.__new__
-
-    def make(values):
-        obj = new(cls)
-        obj.__dict__ = values
-        return obj
-
-    return make
+    return functools.partial(_with_dict, cls)
 
 
 # --------------------------------------------------------------------------------------------

@@ -112,7 +112,7 @@ class VllmBuildState final : public LaunchArgs {
   }
 
   /// The dataclass over `d` as its __dict__ (no __init__ call), as vllm.py's
-  /// _fast_constructor does for plain dataclasses.
+  /// _with_dict does for plain dataclasses.
   nb::object make(nb::handle d) const {
     if (cls_.is_none()) return make_(d);
     auto* type = reinterpret_cast<PyTypeObject*>(cls_.ptr());

@@ -186,7 +186,7 @@ bool same_array(nb::handle a, nb::handle b, bool host) {
 class FixedLaunchArgs final : public LaunchArgs {
  public:
   FixedLaunchArgs(nb::handle stream, bool prefetch)
-      : stream_(nb::borrow(stream.is_valid() ? stream : nb::none())), prefetch_(prefetch) {}
+      : stream_(nb::borrow(stream)), prefetch_(prefetch) {}
   [[nodiscard]] nb::object stream() const override { return stream_; }
   [[nodiscard]] bool prefetch_tables() const override { return prefetch_; }
 
