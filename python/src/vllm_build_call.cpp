@@ -53,7 +53,10 @@ class VllmBuildState final : public LaunchArgs {
         plain_len_(plain_len),
         aligned_rule_(static_cast<AlignedRule>(aligned_rule)),
         int32_(nb::borrow(int32)),
-        stream_fn_(engine.attr("current_stream")) {
+        stream_fn_(engine.attr("current_stream")),
+        module_dict_(PyModule_Check(module.ptr()) ? nb::borrow(PyModule_GetDict(module.ptr()))
+                                                  : nb::none()),
+        engine_dict_(instance_dict(engine, names().session)) {
     if (aligned_rule < 0 || aligned_rule > 2)
       raise_error("VllmBuildState: aligned_rule must be 0, 1 or 2");
   }
@@ -62,7 +65,7 @@ class VllmBuildState final : public LaunchArgs {
                    nb::handle accepted, nb::handle drafts, nb::handle fast_build) const {
     auto slow = [&] { return slow_(self, common_prefix_len, m, accepted, drafts, fast_build); };
     if (aligned_slow(dict)) return slow();
-    const nb::object session = get_attr(engine_, names().session);
+    const nb::object session = read_attr(engine_, engine_dict_, names().session);
     if (session.is_none()) return slow();
     const nb::object table = get_attr(m, names().block_table_tensor);
     // None: int64 counts (the Python path converts them) or a larger native builder first.
@@ -86,7 +89,7 @@ class VllmBuildState final : public LaunchArgs {
 
   /// linmeta.vllm._PREFETCH_TABLES (LaunchArgs).
   [[nodiscard]] bool prefetch_tables() const override {
-    const int prefetch = PyObject_IsTrue(get_attr(module_, names().prefetch).ptr());
+    const int prefetch = PyObject_IsTrue(read_attr(module_, module_dict_, names().prefetch).ptr());
     if (prefetch < 0) throw nb::python_error();
     return prefetch != 0;
   }
@@ -111,6 +114,30 @@ class VllmBuildState final : public LaunchArgs {
     return aligned_rule_ == AlignedRule::SlowIfSet ? set : !set;
   }
 
+  /// The __dict__ of `obj` when it holds the attribute `name` (the type has no attribute of
+  /// that name, no descriptor or class default to consult): read_attr looks there first.
+  /// Else None.
+  static nb::object instance_dict(nb::handle obj, const nb::str& name) {
+    nb::handle type(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())));
+    if (Py_TYPE(obj.ptr())->tp_getattro != PyObject_GenericGetAttr || nb::hasattr(type, name))
+      return nb::none();
+    nb::object d = nb::steal(PyObject_GenericGetDict(obj.ptr(), nullptr));
+    if (!d.is_valid()) throw nb::python_error();
+    return d;
+  }
+
+  /// obj.name, from `dict` (obj's own __dict__ or a module's) when the name is there: a dict
+  /// lookup instead of the generic attribute protocol; get_attr otherwise (which raises
+  /// AttributeError when obj has none).
+  static nb::object read_attr(nb::handle obj, const nb::object& dict, const nb::str& name) {
+    if (!dict.is_none()) {
+      PyObject* v = PyDict_GetItemWithError(dict.ptr(), name.ptr());
+      if (v != nullptr) return nb::borrow(v);
+      if (PyErr_Occurred()) throw nb::python_error();
+    }
+    return get_attr(obj, name);
+  }
+
   /// The dataclass over `d` as its __dict__ (no __init__ call), as vllm.py's
   /// _with_dict does for plain dataclasses.
   nb::object make(nb::handle d) const {
@@ -130,6 +157,8 @@ class VllmBuildState final : public LaunchArgs {
   AlignedRule aligned_rule_;
   nb::object int32_;
   nb::object stream_fn_;
+  nb::object module_dict_;  ///< linmeta.vllm's globals (_PREFETCH_TABLES)
+  nb::object engine_dict_;  ///< the engine's __dict__ (its `session`), or None
   nb::tuple empty_;
 };
 
