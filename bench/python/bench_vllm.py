@@ -14,7 +14,9 @@ Columns, per scheduler step (all G KV-cache groups), host time in microseconds:
                 ``last_timing``), the floor the adapter wraps;
 * ``py-api``    linmeta's generic Python API (``build_groups`` + every field exported as a
                 torch tensor), for reference;
-* ``adapter - native``: what the Python layer adds, of which
+* ``adapter - native``: what the Python layer adds (the median over the timing blocks of
+                each block's adapter time minus the native median of the 50 calls after
+                it, so that a drifting machine moves both sides together), of which
 * ``session``   the C++ session calls alone (``VllmSession.call`` of every group, as
                 ``build()`` makes them: the native build, reading CommonAttentionMetadata,
                 importing the tensors, the result dicts), and
@@ -153,19 +155,35 @@ def reader(names):
 CLOCK = time.perf_counter
 
 
-def timed(fn, iters, repeats, sync):
-    """Median over `repeats` blocks of the mean host time of one call (microseconds)."""
+def timed(fn, iters, repeats, sync, native=None):
+    """Median over `repeats` blocks of the mean host time of one call (microseconds).
+
+    With `native` (a function returning the native build's time of the last call, in
+    microseconds): each block is followed by 50 more calls whose native times give that
+    block's native median, and the result is (median time, median native, median of the
+    per-block differences): a machine whose speed drifts between blocks moves both numbers
+    of a block together, so the difference is steadier than the difference of medians."""
     for _ in range(max(10, iters // 10)):
         fn()
     sync()
-    out = []
+    out, natives, diffs = [], [], []
     for _ in range(repeats):
         t0 = CLOCK()
         for _ in range(iters):
             fn()
         out.append((CLOCK() - t0) / iters * 1e6)
         sync()
-    return statistics.median(out)
+        if native is not None:
+            ns = []
+            for _ in range(50):
+                fn()
+                ns.append(native())
+            sync()
+            natives.append(statistics.median(ns))
+            diffs.append(out[-1] - natives[-1])
+    if native is None:
+        return statistics.median(out)
+    return statistics.median(out), statistics.median(natives), statistics.median(diffs)
 
 
 def main():
@@ -238,19 +256,14 @@ def main():
                             assert o.dtype == r.dtype and torch.equal(o.cpu(), r.cpu()), n
                 runner.clear_step_cache(seeds)
                 t_seed = timed(lambda: run(seed_b), seed_iters, args.repeats, sync)
-                t_adapter = timed(lambda: run(ours_b), args.iters, args.repeats, sync)
                 eng = ours_b[0]._engine
-                run(ours_b)
-                sync()
-                t = eng.native.last_timing
-                # One more round to read a steady-state timing of the native build.
-                natives = []
-                for _ in range(50):
-                    run(ours_b)
+
+                def native_us():
                     t = eng.native.last_timing
-                    natives.append((t["plan_ns"] + t["pack_ns"] + t["enqueue_ns"]) / 1e3)
-                sync()
-                t_native = statistics.median(natives)
+                    return (t["plan_ns"] + t["pack_ns"] + t["enqueue_ns"]) / 1e3
+
+                t_adapter, t_native, t_over = timed(lambda: run(ours_b), args.iters,
+                                                    args.repeats, sync, native_us)
                 # The generic Python API on a builder of its own.
                 api = (linmeta.KdaMetadataBuilder if kind == "kda" else linmeta.GdnMetadataBuilder)(
                     **eng.config | {"max_num_batched_tokens": eng.token_capacity},
@@ -282,12 +295,13 @@ def main():
                 t_read = timed(lambda: [read_all(md) for md in mds], args.iters,
                                args.repeats, sync)
                 row = dict(workload=wl, groups=groups, prefetch=prefetch, seed_us=t_seed,
-                           adapter_us=t_adapter, native_us=t_native, py_api_us=t_api,
+                           adapter_us=t_adapter, native_us=t_native,
+                           adapter_minus_native_us=t_over, py_api_us=t_api,
                            session_us=t_session, read_us=t_read,
                            device=str(device), torch=torch.__version__)
                 rows.append(row)
                 print(f"{wl:<14} {groups:>2} {str(prefetch):>8} {t_seed:9.1f} {t_adapter:9.1f} "
-                      f"{t_native:8.1f} {t_api:8.1f} {t_adapter - t_native:15.1f} "
+                      f"{t_native:8.1f} {t_api:8.1f} {t_over:15.1f} "
                       f"{t_seed / t_adapter:11.1f}x {t_session:8.1f} {t_read:6.1f}")
     lv._PREFETCH_TABLES = prefetch_default
     if args.json:
