@@ -3,7 +3,8 @@
 against the native build they wrap and against the seed builder (vLLM's Python builder, run
 through ../shared/oracle's stand-in ``vllm`` with its tensors on the same device).
 
-Columns, per scheduler step (all G KV-cache groups), host time in microseconds:
+Columns, per scheduler step (all G KV-cache groups), host time in microseconds, each the
+median over single timed steps (timer overhead subtracted; see ``timed``):
 
 * ``seed``      the seed builders, one object per group, called as vLLM's runner calls them
                 (with seed 001's per-step cache), every field read;
@@ -14,9 +15,8 @@ Columns, per scheduler step (all G KV-cache groups), host time in microseconds:
                 ``last_timing``), the floor the adapter wraps;
 * ``py-api``    linmeta's generic Python API (``build_groups`` + every field exported as a
                 torch tensor), for reference;
-* ``adapter - native``: what the Python layer adds (the median over the timing blocks of
-                each block's adapter time minus the native median of the 50 calls after
-                it, so that a drifting machine moves both sides together), of which
+* ``adapter - native``: what the Python layer adds (the median over the timed steps of
+                each step's adapter time minus that step's own native time), of which
 * ``session``   the C++ session calls alone (``VllmSession.call`` of every group, as
                 ``build()`` makes them: the native build, reading CommonAttentionMetadata,
                 importing the tensors, the result dicts), and
@@ -152,35 +152,43 @@ def reader(names):
     return operator.attrgetter(*names)
 
 
-CLOCK = time.perf_counter
+CLOCK = time.perf_counter_ns
+
+
+def timer_overhead():
+    """The median of an empty timed interval (nanoseconds): subtracted from every sample."""
+    xs = []
+    for _ in range(20000):
+        t0 = CLOCK()
+        xs.append(CLOCK() - t0)
+    return statistics.median(xs)
 
 
 def timed(fn, iters, repeats, sync, native=None):
-    """Median over `repeats` blocks of the mean host time of one call (microseconds).
+    """The median host time of one call of `fn` (microseconds), over `iters` x `repeats`
+    calls each timed alone (the GPU is synchronised between the `repeats` blocks, never
+    inside one): a median of single calls, so a VM's descheduled moments (steal time) and
+    other outliers do not move it as they move a block's mean.
 
-    With `native` (a function returning the native build's time of the last call, in
-    microseconds): each block is followed by 50 more calls whose native times give that
-    block's native median, and the result is (median time, median native, median of the
-    per-block differences): a machine whose speed drifts between blocks moves both numbers
-    of a block together, so the difference is steadier than the difference of medians."""
+    With `native` (a function returning the native build's time of the call just made, in
+    microseconds): returns (median time, median native, median of the per-call differences);
+    each difference pairs a call with its own native build."""
     for _ in range(max(10, iters // 10)):
         fn()
     sync()
+    overhead = timer_overhead()
     out, natives, diffs = [], [], []
     for _ in range(repeats):
-        t0 = CLOCK()
         for _ in range(iters):
+            t0 = CLOCK()
             fn()
-        out.append((CLOCK() - t0) / iters * 1e6)
+            t = (CLOCK() - t0 - overhead) / 1e3
+            out.append(t)
+            if native is not None:
+                n = native()
+                natives.append(n)
+                diffs.append(t - n)
         sync()
-        if native is not None:
-            ns = []
-            for _ in range(50):
-                fn()
-                ns.append(native())
-            sync()
-            natives.append(statistics.median(ns))
-            diffs.append(out[-1] - natives[-1])
     if native is None:
         return statistics.median(out)
     return statistics.median(out), statistics.median(natives), statistics.median(diffs)
@@ -201,12 +209,12 @@ def main():
         "--clock",
         choices=("wall", "cpu"),
         default="wall",
-        help="wall: perf_counter (default); cpu: this process's CPU time (a shared, loaded "
-        "machine; meaningless for GPU work)",
+        help="wall: perf_counter_ns (default); cpu: this process's CPU time (a shared, "
+        "loaded machine; a slower clock to read, meaningless for GPU work)",
     )
     args = ap.parse_args()
     global CLOCK
-    CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
+    CLOCK = time.perf_counter_ns if args.clock == "wall" else time.process_time_ns
 
     import numpy as np
     import linmeta
