@@ -114,16 +114,19 @@ class VllmBuildState final : public LaunchArgs {
     return aligned_rule_ == AlignedRule::SlowIfSet ? set : !set;
   }
 
-  /// The __dict__ of `obj` when it holds the attribute `name` (the type has no attribute of
-  /// that name, no descriptor or class default to consult): read_attr looks there first.
-  /// Else None.
+  /// The __dict__ of `obj` when it holds the attribute `name` (generic attribute access, and
+  /// the type has no attribute of that name: no descriptor or class default to consult), for
+  /// read_attr to look there first. Else None.
   static nb::object instance_dict(nb::handle obj, const nb::str& name) {
     nb::handle type(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())));
     if (Py_TYPE(obj.ptr())->tp_getattro != PyObject_GenericGetAttr || nb::hasattr(type, name))
       return nb::none();
-    nb::object d = nb::steal(PyObject_GenericGetDict(obj.ptr(), nullptr));
-    if (!d.is_valid()) throw nb::python_error();
-    return d;
+    PyObject* d = PyObject_GenericGetDict(obj.ptr(), nullptr);
+    if (d == nullptr) {  // no __dict__ (slots): the attribute protocol it is
+      PyErr_Clear();
+      return nb::none();
+    }
+    return nb::steal(d);
   }
 
   /// obj.name, from `dict` (obj's own __dict__ or a module's) when the name is there: a dict
