@@ -496,13 +496,14 @@ class _Engine:
         return lists
 
     def regather(self, slot, metadata, table):
-        """`slot`'s field dict with its state indices re-gathered from `table`, when `metadata`
-        belongs to the last planned step; None otherwise."""
+        """`slot`'s field dict with its state indices gathered from `table` (re-gathered
+        unless the step's launch gathered them from that table's memory already), when
+        `metadata` belongs to the last planned step; None otherwise."""
         session = self.session
         if session is None or session.num_actual_tokens != metadata.num_actual_tokens:
             return None
         try:
-            return session.serve(slot, table, self.current_stream())
+            return session.serve(slot, table, self.current_stream)
         except _linmeta.Error:
             return None
 

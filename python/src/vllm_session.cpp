@@ -195,6 +195,18 @@ class FixedLaunchArgs final : public LaunchArgs {
   bool prefetch_;
 };
 
+/// LaunchArgs whose stream comes from a callable, called when a call launches (None: no
+/// stream); no table prefetch.
+class CallbackLaunchArgs final : public LaunchArgs {
+ public:
+  explicit CallbackLaunchArgs(nb::handle stream_fn) : fn_(stream_fn) {}
+  [[nodiscard]] nb::object stream() const override { return fn_.is_none() ? nb::none() : fn_(); }
+  [[nodiscard]] bool prefetch_tables() const override { return false; }
+
+ private:
+  nb::handle fn_;
+};
+
 /// One builder's step state for the vLLM adapter (python/linmeta/vllm.py): the builder
 /// objects of an engine (one per KV-cache group, `group` below) call `call` with their own
 /// CommonAttentionMetadata; the first call of a step plans it and finishes every group in
@@ -300,11 +312,14 @@ class VllmSession {
     return out;
   }
 
-  /// Group `group`'s fields of the last plan with its state indices re-gathered from `table`
-  /// (update_block_table). Marks the group served.
-  nb::object serve(int32_t group, nb::handle table, nb::handle stream) {
+  /// Group `group`'s fields of the last plan with its state indices from `table`
+  /// (update_block_table): re-gathered unless the launch gathered them from this table's
+  /// memory already (as a served build() does). stream_fn: None or a callable returning the
+  /// stream, called only when a re-gather launches. Marks the group served.
+  nb::object serve(int32_t group, nb::handle table, nb::handle stream_fn) {
     check_group(group);
-    if (table.is_valid() && !table.is_none()) regather(group, table, stream);
+    if (table.is_valid() && !table.is_none())
+      serve_table(group, table, CallbackLaunchArgs(stream_fn));
     served_[static_cast<size_t>(group)] = 1;
     return fields(group);
   }
@@ -651,7 +666,7 @@ void bind_vllm_session(nb::module_& m) {
           "group"_a, "stream"_a.none(), "prefetch_tables"_a)
       .def("configure", &VllmSession::configure, "fields"_a, "defaults"_a, "mask_ring"_a.none(),
            "grow"_a)
-      .def("serve", &VllmSession::serve, "group"_a, "table"_a.none(), "stream"_a.none())
+      .def("serve", &VllmSession::serve, "group"_a, "table"_a.none(), "stream_fn"_a.none())
       .def_prop_ro("plans", &VllmSession::plans)
       .def_prop_ro("num_actual_tokens", &VllmSession::num_actual_tokens)
       .def_prop_ro("cached_views", &VllmSession::cached_views)

@@ -334,6 +334,49 @@ def test_update_block_table_matches_the_seed():
     assert n > 0
 
 
+def test_update_block_table_launches_only_for_a_new_table(monkeypatch):
+    """MRV2's later groups call update_block_table on group 0's metadata: with the table
+    prefetch, a group whose table is the memory it used the step before was gathered by the
+    step's one launch already (no re-gather, no stream read); a table elsewhere re-gathers.
+    Both equal the seed's update_block_table."""
+    monkeypatch.setattr(LV, "_PREFETCH_TABLES", True)
+    case = next(
+        c
+        for c in CASES
+        if c["builder"] == "gdn"
+        and len(c["step"].get("groups", [])) == 4
+        and c["config"]["mamba_cache_mode"] != "align"
+        and c["mode"] == "build"
+    )
+    ours, ref, err, (ob, rb, ms) = u.run_case(SEEDS, RUNNER, LV, case)
+    assert err is None
+    engine = ob[0]._engine
+    stream_reads = []
+    real_stream = engine.current_stream
+
+    def counted_stream():
+        stream_reads.append(1)
+        return real_stream()
+
+    monkeypatch.setattr(engine, "current_stream", counted_stream)
+    for b in ob:
+        b._install_fast_build()  # the C++ build() holds the stream function it was made with
+    # The next step: group 0 plans (one launch), the others take update_block_table.
+    first = ob[0].build(0, ms[0])
+    want0 = rb[0].build(0, ms[0])
+    assert len(stream_reads) == 1
+    for g in range(1, 4):
+        got = ob[g].update_block_table(first, ms[g].block_table_tensor, ms[g].slot_mapping)
+        want = rb[g].update_block_table(want0, ms[g].block_table_tensor, ms[g].slot_mapping)
+        assert u.diff(got, want) == [], g
+    assert len(stream_reads) == 1
+    # A table in other memory (equal values): re-gathered, on the stream read then.
+    moved = ms[1].block_table_tensor.clone()
+    got = ob[1].update_block_table(first, moved, ms[1].slot_mapping)
+    assert len(stream_reads) == 2
+    assert u.diff(got, rb[1].update_block_table(want0, moved, ms[1].slot_mapping)) == []
+
+
 def test_full_graph_outputs_keep_their_addresses():
     """The next step of the same builders writes the same FULL-graph buffers."""
     case = _gdn_case("pure spec FULL graphs")
