@@ -239,6 +239,20 @@ def test_groups_are_served_from_one_plan():
     assert session.plans == plans + 3
 
 
+def _count_stream_reads(monkeypatch, engine):
+    """A list that gets an entry each time `engine` reads torch's current stream (its
+    current_stream); builders read it through their fast-build state, made anew after this."""
+    reads = []
+    real = engine.current_stream
+
+    def counted():
+        reads.append(1)
+        return real()
+
+    monkeypatch.setattr(engine, "current_stream", counted)
+    return reads
+
+
 def test_plain_steps_take_the_cpp_build(monkeypatch):
     """build() is one C++ call (VllmBuildState) on a plain step of an engine that has its
     native builder; int64 counts or a step the session refuses take the Python build()."""
@@ -254,15 +268,7 @@ def test_plain_steps_take_the_cpp_build(monkeypatch):
 
     # A call served from the plan reads no stream: count the reads (the state holds the
     # engine's stream function it calls, like the Python build function: make new states).
-    engine = builders[0]._engine
-    stream_reads = []
-    real_stream = engine.current_stream
-
-    def counted_stream():
-        stream_reads.append(1)
-        return real_stream()
-
-    monkeypatch.setattr(engine, "current_stream", counted_stream)
+    stream_reads = _count_stream_reads(monkeypatch, builders[0]._engine)
     monkeypatch.setattr(LV, "_PREFETCH_TABLES", True)
     for b in builders:
         monkeypatch.setattr(LV.GDNAttentionMetadataBuilder, "_build_python", counted)
@@ -350,15 +356,7 @@ def test_update_block_table_launches_only_for_a_new_table(monkeypatch):
     )
     ours, ref, err, (ob, rb, ms) = u.run_case(SEEDS, RUNNER, LV, case)
     assert err is None
-    engine = ob[0]._engine
-    stream_reads = []
-    real_stream = engine.current_stream
-
-    def counted_stream():
-        stream_reads.append(1)
-        return real_stream()
-
-    monkeypatch.setattr(engine, "current_stream", counted_stream)
+    stream_reads = _count_stream_reads(monkeypatch, ob[0]._engine)
     for b in ob:
         b._install_fast_build()  # the C++ build() holds the stream function it was made with
     # The next step: group 0 plans (one launch), the others take update_block_table.
