@@ -61,7 +61,7 @@ def test_random_steps_on_the_python_paths(monkeypatch):
     """The paths the defaults skip: build() in Python (LINMETA_VLLM_FAST_BUILD=0) and no table
     prefetch (LINMETA_VLLM_PREFETCH_TABLES=0)."""
     monkeypatch.setattr(LV, "_FAST_BUILD", False)
-    monkeypatch.setattr(LV, "_PREFETCH_TABLES", True)
+    monkeypatch.setattr(LV, "_PREFETCH_TABLES", False)
     _random_steps(max(RANDOM_STEPS // 5, 50), RUN_SEED + 1)
 
 
