@@ -319,8 +319,9 @@ class VllmSession {
   nb::object serve(int32_t group, nb::handle table, nb::handle stream_fn) {
     check_group(group);
     if (table.is_valid() && !table.is_none())
-      serve_table(group, table, CallbackLaunchArgs(stream_fn));
-    served_[static_cast<size_t>(group)] = 1;
+      serve_table(group, table, CallbackLaunchArgs(stream_fn));  // marks it served
+    else
+      served_[static_cast<size_t>(group)] = 1;
     return fields(group);
   }
 
