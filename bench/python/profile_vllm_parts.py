@@ -7,7 +7,9 @@ rows, k = 3, align, FULL graphs): each piece timed alone, medians of many calls,
 Pieces: the first group's build() (plans the step) against the native build's own time
 (last_timing), a served group's build(), reading the 28 fields, one tensor import with and
 without linmeta._torch_reader, torch's current-stream query, and whether the session re-made
-its result dicts (dicts_made) or copied them.
+its result dicts (dicts_made) or copied them. GDN with several groups also times vLLM 0.34's
+MRV2 path: later groups call update_block_table on the first group's metadata (builders of
+the vllm-0.34 profile, where MRV2 takes that path), each call alone.
 """
 
 from __future__ import annotations
@@ -96,6 +98,34 @@ def main():
     print(f"  tensor import, attributes {per_call(lambda: _linmeta._import_info(x, False)) - empty:5.3f}")
     stream = bs[0]._engine.current_stream
     print(f"  current stream query     {per_call(stream) - empty:6.3f}")
+    if kind == "gdn" and args.groups > 1:
+        print(f"  MRV2 (vllm-0.34 profile): a later group's update_block_table "
+              f"{med(mrv2_updates(lv, cls, objs, ms, acc, drafts, dev, args.steps, sync)):6.2f}")
+
+
+def mrv2_updates(lv, cls, objs, ms, acc, drafts, dev, steps, sync):
+    """Nanoseconds of each later group's update_block_table on the first group's metadata,
+    as vLLM 0.34's MRV2 runner calls them (builders of the vllm-0.34 profile)."""
+    profile = lv._PROFILE
+    lv._PROFILE = "vllm-0.34"  # read at construction and by the calls
+    try:
+        bs = [cls(s, n, vc, dev) for s, n, vc in objs]
+        for b, m in zip(bs, ms):  # MRV2 sets the aligned indices (0.34's GDN only asserts them)
+            b.mamba_aligned_state_indices = m.block_table_tensor[:, 0]
+        ns, out = time.perf_counter_ns, []
+        for it in range(steps + 50):
+            first = bs[0].build(0, ms[0], acc, drafts)
+            for b, m in zip(bs[1:], ms[1:]):
+                t = ns()
+                b.update_block_table(first, m.block_table_tensor, m.slot_mapping)
+                if it >= 50:
+                    out.append(ns() - t)
+            if it % 500 == 0:
+                sync()
+        sync()
+    finally:
+        lv._PROFILE = profile
+    return out
 
 
 if __name__ == "__main__":

@@ -47,6 +47,12 @@ __all__ = [
 NULL_BLOCK_ID = _linmeta.NULL_BLOCK_ID
 _CONV_BLOCK = _linmeta.CONV_BLOCK  # causal-conv1d BLOCK_M, the key of nums_dict
 _FLA_CHUNK_SIZE = _linmeta.FLA_CHUNK_SIZE
+# GDN's per-group state-index fields: what update_block_table re-gathers.
+_STATE_INDEX_FIELDS = (
+    "spec_state_indices_tensor",
+    "non_spec_state_indices_tensor",
+    "prefill_state_indices",
+)
 _KDA_CHECKPOINT_ALIGN = 16  # FlashKDA's chunk: kKdaCheckpointAlign (include/linmeta/config.hpp)
 
 # Token capacity when the scheduler config has no max_num_batched_tokens (the oracle's
@@ -60,9 +66,10 @@ _DEFAULT_TOKEN_CAPACITY = 8192
 # On by default; LINMETA_VLLM_PREFETCH_TABLES=0 turns it off. docs/vllm.md.
 _PREFETCH_TABLES = os.environ.get("LINMETA_VLLM_PREFETCH_TABLES", "1") != "0"
 
-# build() as one C++ call (_linmeta.vllm_build with each object's VllmBuildState) for steps
-# that need nothing but the session's result; LINMETA_VLLM_FAST_BUILD=0 keeps the Python
-# build() (_build_python) for every call.
+# build() and GDN's update_block_table() as one C++ call each (_linmeta.vllm_build /
+# vllm_update_block_table with each object's VllmBuildState) for calls that need nothing but
+# the session's result; LINMETA_VLLM_FAST_BUILD=0 keeps the Python methods (_build_python,
+# _update_block_table_python) for every call.
 _FAST_BUILD = os.environ.get("LINMETA_VLLM_FAST_BUILD", "1") != "0"
 
 # The rules profile of the native builders: "seed" (default) or "vllm-0.34" (docs/vllm.md).
@@ -614,6 +621,8 @@ class GDNAttentionMetadataBuilder(_Base):
             self._fast_build_aligned_rule(),
             torch.int32,
             self._cuda_index(),
+            self._fast_update_rule(),
+            _STATE_INDEX_FIELDS,
         )
 
     def _cuda_index(self) -> int:
@@ -701,6 +710,18 @@ class GDNAttentionMetadataBuilder(_Base):
             return 1
         return 2 if self._kind == "kda" and self._mamba_cache_mode == "align" else 0
 
+    def _fast_update_rule(self) -> int:
+        """Which update_block_table() calls take the C++ path (VllmBuildState; the rest, and
+        any result with checkpoints, go to _update_block_table_python): 1 all (they re-gather
+        from the table given), 2 when mamba_aligned_state_indices is set (vllm-0.34 align: it
+        asserts otherwise), 0 none (KDA's update_block_table is Python; align mode of the seed
+        profile gathers from MRV2's aligned indices, on an engine of their own)."""
+        if self._kind != "gdn":
+            return 0
+        if self._mamba_cache_mode != "align":
+            return 1
+        return 2 if _PROFILE == "vllm-0.34" else 0
+
     def _aligned(self):
         """The engine of MRV2's precomputed aligned state indices: they are the table,
         gathered as is (mode "none")."""
@@ -764,7 +785,14 @@ class GDNAttentionMetadataBuilder(_Base):
         d = engine.run(slot, m, table, None, None, True)
         return self._assemble(d, m, None, torch.int32)
 
-    def update_block_table(self, metadata, blk_table: torch.Tensor, slot_mapping: torch.Tensor):
+    # vLLM's update_block_table(metadata, blk_table, slot_mapping): one C++ call
+    # (VllmBuildState) for a plain dataclass without checkpoints, _update_block_table_python
+    # for anything else; the same result.
+    update_block_table = _linmeta.vllm_update_block_table
+
+    def _update_block_table_python(
+        self, metadata, blk_table: torch.Tensor, slot_mapping: torch.Tensor
+    ):
         """Re-gathers this group's state indices from `blk_table` (align mode: from
         mamba_aligned_state_indices) into this group's buffers; every batch-level field stays
         `metadata`'s."""
@@ -779,11 +807,7 @@ class GDNAttentionMetadataBuilder(_Base):
             raise _linmeta.Error(
                 "linmeta: update_block_table takes metadata of the step this engine built last"
             )
-        changes = dict(
-            spec_state_indices_tensor=d["spec_state_indices_tensor"],
-            non_spec_state_indices_tensor=d["non_spec_state_indices_tensor"],
-            prefill_state_indices=d["prefill_state_indices"],
-        )
+        changes = {k: d[k] for k in _STATE_INDEX_FIELDS}
         ckpt = d.get("_checkpoint")
         if getattr(metadata, "checkpoint", None) is not None and ckpt is not None:
             changes["checkpoint"] = dataclasses.replace(metadata.checkpoint, state_indices=ckpt[1])

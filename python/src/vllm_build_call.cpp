@@ -1,10 +1,13 @@
-// The vLLM adapter's build() as one C++ call: linmeta.vllm's builder classes take
-// `vllm_build` below as their `build` method (a method descriptor, like a Python function), so
-// a vLLM step pays no Python frame per group. It reads the object's VllmBuildState (made by
-// _install_fast_build in python/linmeta/vllm.py) and takes the Python build() it stands for
-// (`_build_python`) whenever that would do more than read the session's result: int64
-// accepted / draft counts, MRV2's precomputed aligned indices, no session yet or one that
-// refuses the step; results with composites go to the Python `_assemble`.
+// The vLLM adapter's build() and update_block_table() as one C++ call each: linmeta.vllm's
+// builder classes take `vllm_build` / `vllm_update_block_table` below as those methods
+// (method descriptors, like Python functions), so a vLLM step pays no Python frame per group.
+// They read the object's VllmBuildState (made by _install_fast_build in
+// python/linmeta/vllm.py) and take the Python method they stand for whenever that would do
+// more than read the session's result. build() takes `_build_python` for int64 accepted /
+// draft counts, MRV2's precomputed aligned indices, no session yet or one that refuses the
+// step; results with composites go to the Python `_assemble`. update_block_table() takes
+// `_update_block_table_python` for anything but a plain dataclass without checkpoints,
+// re-gathered from the table it is given.
 #include <nanobind/nanobind.h>
 
 #include <cstdint>
@@ -29,6 +32,14 @@ enum class AlignedRule : int32_t {
   SlowUnlessSet = 2,  ///< build() asserts they are set
 };
 
+/// Which update_block_table() calls the C++ path takes (GDNAttentionMetadataBuilder.
+/// _fast_update_rule in vllm.py says which applies).
+enum class UpdateRule : int32_t {
+  Python = 0,      ///< none: the class's update_block_table is Python, or gathers elsewhere
+  Table = 1,       ///< re-gathers from the table it is given
+  TableIfSet = 2,  ///< the same, when mamba_aligned_state_indices is set (else it asserts)
+};
+
 /// One builder object's fixed parts of a fast build. Holds no reference to the builder object
 /// (which holds this), so builders are freed by reference counting as before.
 class VllmBuildState final : public LaunchArgs {
@@ -38,10 +49,12 @@ class VllmBuildState final : public LaunchArgs {
   /// cls: the dataclass when a plain dict makes it (else None: `make` is called);
   /// plain_len: the field count of a plain result (-1: always assemble); device: the CUDA
   /// device whose current torch stream the build runs on, read through linmeta._torch_reader
-  /// when it can (else, and for -1, engine.current_stream() is called).
+  /// when it can (else, and for -1, engine.current_stream() is called); update_rule: an
+  /// UpdateRule; state_keys: the fields update_block_table takes from the re-gather.
   VllmBuildState(nb::handle engine, int32_t slot, nb::handle module, nb::handle slow,
                  nb::handle assemble, nb::handle cls, nb::handle make, int64_t plain_len,
-                 int32_t aligned_rule, nb::handle int32, int32_t device)
+                 int32_t aligned_rule, nb::handle int32, int32_t device, int32_t update_rule,
+                 nb::tuple state_keys)
       : device_(device),
         engine_(nb::borrow(engine)),
         slot_(slot),
@@ -56,9 +69,13 @@ class VllmBuildState final : public LaunchArgs {
         stream_fn_(engine.attr("current_stream")),
         module_dict_(PyModule_Check(module.ptr()) ? nb::borrow(PyModule_GetDict(module.ptr()))
                                                   : nb::none()),
-        engine_dict_(instance_dict(engine, names().session)) {
+        engine_dict_(instance_dict(engine, names().session)),
+        update_rule_(static_cast<UpdateRule>(update_rule)),
+        state_keys_(std::move(state_keys)) {
     if (aligned_rule < 0 || aligned_rule > 2)
       raise_error("VllmBuildState: aligned_rule must be 0, 1 or 2");
+    if (update_rule < 0 || update_rule > 2)
+      raise_error("VllmBuildState: update_rule must be 0, 1 or 2");
   }
 
   nb::object build(nb::handle self, nb::handle dict, nb::handle common_prefix_len, nb::handle m,
@@ -74,6 +91,45 @@ class VllmBuildState final : public LaunchArgs {
     if (d.is_none()) return slow();
     if (PyDict_Size(d.ptr()) == plain_len_) return make(d);
     return assemble_(self, d, m, drafts, int32_);
+  }
+
+  /// vLLM's update_block_table(metadata, blk_table, slot_mapping): `metadata` (of the step
+  /// this engine planned last) with this group's state indices from `table`, every other
+  /// field `metadata`'s own. `self` is the builder object, `dict` its __dict__.
+  nb::object update_block_table(nb::handle self, nb::handle dict, nb::handle metadata,
+                                nb::handle table, nb::handle slot_mapping) const {
+    auto slow = [&] { return self.attr(names().update_python)(metadata, table, slot_mapping); };
+    if (update_rule_ == UpdateRule::Python || cls_.is_none() ||
+        !Py_IS_TYPE(metadata.ptr(), reinterpret_cast<PyTypeObject*>(cls_.ptr())))
+      return slow();
+    if (update_rule_ == UpdateRule::TableIfSet && !dict_value_set(dict, names().aligned))
+      return slow();  // it asserts
+    const nb::object md = nb::steal(PyObject_GenericGetDict(metadata.ptr(), nullptr));
+    if (!md.is_valid()) throw nb::python_error();
+    if (dict_value_set(md, names().checkpoint)) return slow();  // replaces its state indices
+    PyObject* num_actual_tokens =
+        PyDict_GetItemWithError(md.ptr(), names().num_actual_tokens.ptr());
+    if (num_actual_tokens == nullptr) {
+      if (PyErr_Occurred()) throw nb::python_error();
+      return slow();
+    }
+    const nb::object session = read_attr(engine_, engine_dict_, names().session);
+    const nb::object d = session.is_none()
+                             ? nb::none()
+                             : session_serve(session, slot_, table, *this, num_actual_tokens);
+    if (d.is_none())
+      raise_error("update_block_table takes metadata of the step this engine built last");
+    nb::object out = nb::steal(PyDict_Copy(md.ptr()));
+    if (!out.is_valid()) throw nb::python_error();
+    for (nb::handle key : state_keys_) {
+      PyObject* v = PyDict_GetItemWithError(d.ptr(), key.ptr());
+      if (v == nullptr) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key.ptr());
+        throw nb::python_error();
+      }
+      if (PyDict_SetItem(out.ptr(), key.ptr(), v) != 0) throw nb::python_error();
+    }
+    return make(out);
   }
 
   /// torch's current stream on the builder's device (LaunchArgs).
@@ -97,7 +153,8 @@ class VllmBuildState final : public LaunchArgs {
   struct Names {
     nb::str session{"session"}, block_table_tensor{"block_table_tensor"},
         prefetch{"_PREFETCH_TABLES"}, aligned{"mamba_aligned_state_indices"}, state{"_fast_build"},
-        build_python{"_build_python"};
+        build_python{"_build_python"}, update_python{"_update_block_table_python"},
+        checkpoint{"checkpoint"}, num_actual_tokens{"num_actual_tokens"};
   };
   static const Names& names() {
     static const Names* n = new Names;  // never destroyed (outlives the interpreter)
@@ -108,10 +165,15 @@ class VllmBuildState final : public LaunchArgs {
   /// Whether MRV2's aligned indices (an instance attribute, when set) make build() differ.
   bool aligned_slow(nb::handle dict) const {
     if (aligned_rule_ == AlignedRule::Ignore) return false;
-    PyObject* v = PyDict_GetItemWithError(dict.ptr(), names().aligned.ptr());
-    if (v == nullptr && PyErr_Occurred()) throw nb::python_error();
-    const bool set = v != nullptr && v != Py_None;
+    const bool set = dict_value_set(dict, names().aligned);
     return aligned_rule_ == AlignedRule::SlowIfSet ? set : !set;
+  }
+
+  /// Whether dict[key] is there and not None.
+  static bool dict_value_set(nb::handle dict, const nb::str& key) {
+    PyObject* v = PyDict_GetItemWithError(dict.ptr(), key.ptr());
+    if (v == nullptr && PyErr_Occurred()) throw nb::python_error();
+    return v != nullptr && v != Py_None;
   }
 
   /// The __dict__ of `obj` when it holds the attribute `name` (generic attribute access, and
@@ -162,22 +224,44 @@ class VllmBuildState final : public LaunchArgs {
   nb::object stream_fn_;
   nb::object module_dict_;  ///< linmeta.vllm's globals (_PREFETCH_TABLES)
   nb::object engine_dict_;  ///< the engine's __dict__ (its `session`), or None
+  UpdateRule update_rule_;
+  nb::tuple state_keys_;
   nb::tuple empty_;
+};
+
+/// The builder object's __dict__ and its VllmBuildState (null when it has none).
+struct StateOf {
+  nb::object dict;
+  nb::object state;  ///< holds it: a call may replace the attribute
+  explicit StateOf(nb::handle self) {
+    dict = nb::steal(PyObject_GenericGetDict(self.ptr(), nullptr));
+    if (!dict.is_valid()) throw nb::python_error();
+    PyObject* s = PyDict_GetItemWithError(dict.ptr(), VllmBuildState::names().state.ptr());
+    if (s == nullptr && PyErr_Occurred()) throw nb::python_error();
+    if (s != nullptr && nb::isinstance<VllmBuildState>(s)) state = nb::borrow(s);
+  }
+  [[nodiscard]] const VllmBuildState* get() const {
+    return state.is_valid() ? nb::inst_ptr<VllmBuildState>(state) : nullptr;
+  }
 };
 
 /// vLLM's build(); `self` is the builder object.
 nb::object vllm_build(nb::handle self, nb::handle common_prefix_len, nb::handle m,
                       nb::handle accepted, nb::handle drafts, nb::handle fast_build) {
-  const VllmBuildState::Names& n = VllmBuildState::names();
-  const nb::object dict = nb::steal(PyObject_GenericGetDict(self.ptr(), nullptr));
-  if (!dict.is_valid()) throw nb::python_error();
-  PyObject* state = PyDict_GetItemWithError(dict.ptr(), n.state.ptr());
-  if (state == nullptr && PyErr_Occurred()) throw nb::python_error();
-  if (state == nullptr || !nb::isinstance<VllmBuildState>(state))
-    return self.attr(n.build_python)(common_prefix_len, m, accepted, drafts, fast_build);
-  const nb::object keep = nb::borrow(state);  // the call may replace the attribute
-  return nb::inst_ptr<VllmBuildState>(state)->build(self, dict, common_prefix_len, m, accepted,
-                                                    drafts, fast_build);
+  const StateOf of(self);
+  if (of.get() == nullptr)
+    return self.attr(VllmBuildState::names().build_python)(common_prefix_len, m, accepted, drafts,
+                                                           fast_build);
+  return of.get()->build(self, of.dict, common_prefix_len, m, accepted, drafts, fast_build);
+}
+
+/// vLLM's update_block_table(); `self` is the builder object.
+nb::object vllm_update_block_table(nb::handle self, nb::handle metadata, nb::handle table,
+                                   nb::handle slot_mapping) {
+  const StateOf of(self);
+  if (of.get() == nullptr)
+    return self.attr(VllmBuildState::names().update_python)(metadata, table, slot_mapping);
+  return of.get()->update_block_table(self, of.dict, metadata, table, slot_mapping);
 }
 
 }  // namespace
@@ -187,9 +271,9 @@ void bind_vllm_build_call(nb::module_& m) {
                              "A builder object's fixed parts of linmeta.vllm's fast build() "
                              "(internal; its `_fast_build` attribute).")
       .def(nb::init<nb::handle, int32_t, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle,
-                    int64_t, int32_t, nb::handle, int32_t>(),
+                    int64_t, int32_t, nb::handle, int32_t, int32_t, nb::tuple>(),
            "engine"_a, "slot"_a, "module"_a, "slow"_a, "assemble"_a, "cls"_a.none(), "make"_a,
-           "plain_len"_a, "aligned_rule"_a, "int32"_a, "device"_a);
+           "plain_len"_a, "aligned_rule"_a, "int32"_a, "device"_a, "update_rule"_a, "state_keys"_a);
   m.attr("vllm_build") = nb::cpp_function(
       &vllm_build, nb::is_method(), nb::name("build"), nb::scope(m), "common_prefix_len"_a,
       "common_attn_metadata"_a, "num_accepted_tokens"_a.none() = nb::none(),
@@ -198,6 +282,13 @@ void bind_vllm_build_call(nb::module_& m) {
               "num_decode_draft_tokens_cpu=None, fast_build=False)"),
       "vLLM's build() of linmeta.vllm's builder classes (a method): one C++ call for plain "
       "steps, the object's _build_python otherwise.");
+  m.attr("vllm_update_block_table") = nb::cpp_function(
+      &vllm_update_block_table, nb::is_method(), nb::name("update_block_table"), nb::scope(m),
+      "metadata"_a, "blk_table"_a, "slot_mapping"_a,
+      nb::sig("def update_block_table(self, metadata, blk_table, slot_mapping)"),
+      "vLLM's update_block_table() of linmeta.vllm's GDN builder (a method): one C++ call for "
+      "a plain dataclass without checkpoints, the object's _update_block_table_python "
+      "otherwise.");
 }
 
 }  // namespace linmeta::py

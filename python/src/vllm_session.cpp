@@ -314,12 +314,12 @@ class VllmSession {
 
   /// Group `group`'s fields of the last plan with its state indices from `table`
   /// (update_block_table): re-gathered unless the launch gathered them from this table's
-  /// memory already (as a served build() does). stream_fn: None or a callable returning the
-  /// stream, called only when a re-gather launches. Marks the group served.
-  nb::object serve(int32_t group, nb::handle table, nb::handle stream_fn) {
+  /// memory already (as a served build() does); the stream is read only when a re-gather
+  /// launches. Marks the group served.
+  nb::object serve(int32_t group, nb::handle table, const LaunchArgs& launch) {
     check_group(group);
     if (table.is_valid() && !table.is_none())
-      serve_table(group, table, CallbackLaunchArgs(stream_fn));  // marks it served
+      serve_table(group, table, launch);  // marks it served
     else
       served_[static_cast<size_t>(group)] = 1;
     return fields(group);
@@ -647,6 +647,19 @@ nb::object session_call(nb::handle session, nb::handle m, nb::handle table, nb::
                                                   launch, int32_counts_only);
 }
 
+nb::object session_serve(nb::handle session, int32_t group, nb::handle table,
+                         const LaunchArgs& launch, nb::handle num_actual_tokens) {
+  if (!nb::isinstance<VllmSession>(session)) raise_error("session_serve: not a VllmSession");
+  auto* s = nb::inst_ptr<VllmSession>(session);
+  try {
+    if (to_int32(num_actual_tokens, "num_actual_tokens") != s->num_actual_tokens())
+      return nb::none();
+    return s->serve(group, table, launch);
+  } catch (const Error&) {
+    return nb::none();
+  }
+}
+
 void bind_vllm_session(nb::module_& m) {
   m.def("fill_conv_lists", &fill_conv_lists, "nums"_a, "mlist"_a, "offsetlist"_a,
         "vLLM's causal-conv1d host lists (mlist int64, offsetlist int32) from the programs per "
@@ -667,7 +680,12 @@ void bind_vllm_session(nb::module_& m) {
           "group"_a, "stream"_a.none(), "prefetch_tables"_a)
       .def("configure", &VllmSession::configure, "fields"_a, "defaults"_a, "mask_ring"_a.none(),
            "grow"_a)
-      .def("serve", &VllmSession::serve, "group"_a, "table"_a.none(), "stream_fn"_a.none())
+      .def(
+          "serve",
+          [](VllmSession& s, int32_t group, nb::handle table, nb::handle stream_fn) {
+            return s.serve(group, table, CallbackLaunchArgs(stream_fn));
+          },
+          "group"_a, "table"_a.none(), "stream_fn"_a.none())
       .def_prop_ro("plans", &VllmSession::plans)
       .def_prop_ro("num_actual_tokens", &VllmSession::num_actual_tokens)
       .def_prop_ro("cached_views", &VllmSession::cached_views)

@@ -34,6 +34,12 @@ nanobind::object session_call(nanobind::handle session, nanobind::handle m, nano
                               nanobind::handle accepted, nanobind::handle drafts, bool capture,
                               int32_t group, const LaunchArgs& launch, bool int32_counts_only);
 
+/// VllmSession.serve (see there) for C++ callers: None, instead of the group's fields, when
+/// `num_actual_tokens` is not the last plan's (the metadata given to update_block_table is of
+/// another step) or serving raises linmeta.Error.
+nanobind::object session_serve(nanobind::handle session, int32_t group, nanobind::handle table,
+                               const LaunchArgs& launch, nanobind::handle num_actual_tokens);
+
 /// obj.name (interned name); raises the Python error.
 nanobind::object get_attr(nanobind::handle obj, const nanobind::str& name);
 

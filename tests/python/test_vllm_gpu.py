@@ -134,3 +134,19 @@ def test_cuda_graph_reads_full_graph_outputs_across_builds(groups):
             for f in FULL_FIELDS:
                 assert getattr(got[g], f).data_ptr() == getattr(mds[g], f).data_ptr(), f
                 assert torch.equal(static[g][f].cpu(), getattr(want[g], f).cpu()), (g, f)
+
+
+def test_update_block_table_cuda():
+    """MRV2's path on CUDA (the C++ update_block_table, re-gathering on torch's current
+    stream): equal to the Python path and to the seed's update_block_table."""
+    rng = random.Random(RUN_SEED + 5)
+    compared = 0
+    for case, g, got, want, seed in u.update_block_table_steps(
+        SEEDS, RUNNER, LV, rng, max(RANDOM_STEPS // 10, 20), DEV
+    ):
+        torch.cuda.synchronize()
+        assert u.diff(got, want) == [], (case, g)
+        if seed is not None:
+            assert u.diff(got, seed) == [], (case, g)
+            compared += 1
+    assert compared > 5, compared

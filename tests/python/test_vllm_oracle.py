@@ -340,13 +340,9 @@ def test_update_block_table_matches_the_seed():
     assert n > 0
 
 
-def test_update_block_table_launches_only_for_a_new_table(monkeypatch):
-    """MRV2's later groups call update_block_table on group 0's metadata: with the table
-    prefetch, a group whose table is the memory it used the step before was gathered by the
-    step's one launch already (no re-gather, no stream read); a table elsewhere re-gathers.
-    Both equal the seed's update_block_table."""
-    monkeypatch.setattr(LV, "_PREFETCH_TABLES", True)
-    case = next(
+def _gdn_four_groups_no_align():
+    """A public GDN build case of four KV-cache groups, not in align mode."""
+    return next(
         c
         for c in CASES
         if c["builder"] == "gdn"
@@ -354,6 +350,15 @@ def test_update_block_table_launches_only_for_a_new_table(monkeypatch):
         and c["config"]["mamba_cache_mode"] != "align"
         and c["mode"] == "build"
     )
+
+
+def test_update_block_table_launches_only_for_a_new_table(monkeypatch):
+    """MRV2's later groups call update_block_table on group 0's metadata: with the table
+    prefetch, a group whose table is the memory it used the step before was gathered by the
+    step's one launch already (no re-gather, no stream read); a table elsewhere re-gathers.
+    Both equal the seed's update_block_table."""
+    monkeypatch.setattr(LV, "_PREFETCH_TABLES", True)
+    case = _gdn_four_groups_no_align()
     ours, ref, err, (ob, rb, ms) = u.run_case(SEEDS, RUNNER, LV, case)
     assert err is None
     stream_reads = _count_stream_reads(monkeypatch, ob[0]._engine)
@@ -373,6 +378,82 @@ def test_update_block_table_launches_only_for_a_new_table(monkeypatch):
     got = ob[1].update_block_table(first, moved, ms[1].slot_mapping)
     assert len(stream_reads) == 2
     assert u.diff(got, rb[1].update_block_table(want0, moved, ms[1].slot_mapping)) == []
+
+
+def _count_python_updates(monkeypatch):
+    """A list that gets an entry each time a GDN builder's update_block_table takes the
+    Python path (_update_block_table_python)."""
+    calls = []
+    real = LV.GDNAttentionMetadataBuilder._update_block_table_python
+
+    def counted(self, *args):
+        calls.append(args)
+        return real(self, *args)
+
+    monkeypatch.setattr(LV.GDNAttentionMetadataBuilder, "_update_block_table_python", counted)
+    return calls
+
+
+def test_update_block_table_takes_the_cpp_path_for_plain_metadata(monkeypatch):
+    """GDN's update_block_table is one C++ call (VllmBuildState) for a plain dataclass
+    without checkpoints; the same result as the Python path. Anything else takes the Python
+    path: checkpoints, another class, no fast-build state; metadata of an older step raises
+    the same linmeta.Error on both."""
+    case = _gdn_four_groups_no_align()
+    ours, ref, err, (ob, rb, ms) = u.run_case(SEEDS, RUNNER, LV, case)
+    assert err is None
+    python = _count_python_updates(monkeypatch)
+    first, t, slots = ours[0], ms[1].block_table_tensor, ms[1].slot_mapping
+    fast = ob[1].update_block_table(first, t, slots)
+    assert python == []
+    assert fast is not first and type(fast) is type(first)
+    assert u.diff(fast, ob[1]._update_block_table_python(first, t, slots)) == []
+    assert u.diff(fast, rb[1].update_block_table(ref[0], t, slots)) == []
+    python.clear()
+
+    # A checkpoint (vLLM 0.34's GDN metadata has one) is replaced per group: Python.
+    with_ckpt = LV._replace(first, {})
+    with_ckpt.__dict__["checkpoint"] = object()
+    ob[1].update_block_table(with_ckpt, t, slots)
+    # Another class (here a subclass), and an object without its fast-build state.
+    sub = type("Sub", (type(first),), {})
+    ob[2].update_block_table(LV._with_dict(sub, dict(first.__dict__)), ms[2].block_table_tensor,
+                             ms[2].slot_mapping)
+    del ob[3].__dict__["_fast_build"]
+    ob[3].update_block_table(first, ms[3].block_table_tensor, ms[3].slot_mapping)
+    assert len(python) == 3
+    python.clear()
+
+    # Metadata of another step: the same error on both paths, nothing served.
+    stale = LV._replace(first, {"num_actual_tokens": first.num_actual_tokens + 1})
+    ob[2]._install_fast_build()
+    for update in (ob[2].update_block_table, ob[2]._update_block_table_python):
+        with pytest.raises(LV._linmeta.Error, match="metadata of the step this engine built last"):
+            update(stale, ms[2].block_table_tensor, ms[2].slot_mapping)
+
+
+@pytest.mark.parametrize("profile", [None, "vllm-0.34"])
+def test_update_block_table_on_random_steps(monkeypatch, profile):
+    """MRV2's path on random multi-group GDN steps: the C++ update_block_table equals the
+    Python one and, in the seed profile, the seed's update_block_table; align mode of the
+    vllm-0.34 profile too (once MRV2 has set mamba_aligned_state_indices; the seed profile's
+    align mode builds from those indices and stays in Python). A table in other memory
+    re-gathers."""
+    monkeypatch.setattr(LV, "_PROFILE", profile)
+    python = _count_python_updates(monkeypatch)
+    rng = random.Random(RUN_SEED + 2)
+    compared = with_seed = 0
+    for case, g, got, want, seed in u.update_block_table_steps(
+        SEEDS, RUNNER, LV, rng, max(RANDOM_STEPS // 20, 20), "cpu", profile
+    ):
+        assert len(python) == 1, case  # the reference call only
+        python.clear()
+        assert u.diff(got, want) == [], (case, g)
+        if seed is not None:
+            assert u.diff(got, seed) == [], (case, g)
+            with_seed += 1
+        compared += 1
+    assert compared > 10 and (profile is not None or with_seed > 10), (compared, with_seed)
 
 
 def test_full_graph_outputs_keep_their_addresses():

@@ -242,6 +242,35 @@ def independent_reference(seeds, runner, case, group, device="cpu"):
     return md
 
 
+def update_block_table_steps(seeds, runner, lv, rng, steps, device="cpu", profile=None):
+    """MRV2's path on `steps` random GDN steps (those with several KV-cache groups): group 0
+    builds, each later group calls update_block_table on its metadata, from its own table or
+    (30 %) a copy of it in other memory. Yields (case, group, result, the same call's result
+    through _update_block_table_python, the seed's update_block_table or None). Align mode
+    only in the vllm-0.34 profile (with mamba_aligned_state_indices set, as MRV2 does; the
+    seed profile's align mode builds from those indices)."""
+    for _ in range(steps):
+        case = random_case(rng, "gdn", profile=profile)
+        tables = case["step"].get("groups")
+        align = case["config"]["mamba_cache_mode"] == "align"
+        if not tables or case["mode"] != "build" or (align and profile is None):
+            continue
+        tokens = case["config"]["max_num_batched_tokens"]
+        ours, ref, err, (ob, rb, ms) = run_case(seeds, runner, lv, case, device, tokens)
+        for g in range(1, len(tables)):
+            if align:
+                ob[g].mamba_aligned_state_indices = ms[g].block_table_tensor[:, 0]
+            t = ms[g].block_table_tensor
+            if rng.random() < 0.3:
+                t = t.clone()
+            got = ob[g].update_block_table(ours[0], t, ms[g].slot_mapping)
+            want = ob[g]._update_block_table_python(ours[0], t, ms[g].slot_mapping)
+            seed = None
+            if profile is None and err is None:
+                seed = rb[g].update_block_table(ref[0], t, ms[g].slot_mapping)
+            yield case, g, got, want, seed
+
+
 # ------------------------------------------------------------------------- random steps
 
 
