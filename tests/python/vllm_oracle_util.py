@@ -243,18 +243,21 @@ def independent_reference(seeds, runner, case, group, device="cpu"):
 
 
 def update_block_table_steps(seeds, runner, lv, rng, steps, device="cpu", profile=None):
-    """MRV2's path on `steps` random GDN steps (those with several KV-cache groups): group 0
-    builds, each later group calls update_block_table on its metadata, from its own table or
-    (30 %) a copy of it in other memory. Yields (case, group, result, the same call's result
-    through _update_block_table_python, the seed's update_block_table or None). Align mode
-    only in the vllm-0.34 profile (with mamba_aligned_state_indices set, as MRV2 does; the
-    seed profile's align mode builds from those indices)."""
-    for _ in range(steps):
+    """MRV2's path on `steps` random GDN build steps with several KV-cache groups (the
+    generator's other steps are skipped): group 0 builds, each later group calls
+    update_block_table on its metadata, from its own table or (30 %) a copy of it in other
+    memory. Yields (case, group, result, the same call's result through
+    _update_block_table_python, the seed's update_block_table or None). Align mode only in
+    the vllm-0.34 profile (with mamba_aligned_state_indices set, as MRV2 does; the seed
+    profile's align mode builds from those indices)."""
+    taken = 0
+    while taken < steps:
         case = random_case(rng, "gdn", profile=profile)
         tables = case["step"].get("groups")
         align = case["config"]["mamba_cache_mode"] == "align"
         if not tables or case["mode"] != "build" or (align and profile is None):
             continue
+        taken += 1
         tokens = case["config"]["max_num_batched_tokens"]
         ours, ref, err, (ob, rb, ms) = run_case(seeds, runner, lv, case, device, tokens)
         for g in range(1, len(tables)):
