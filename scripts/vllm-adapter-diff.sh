@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Object-to-object differential test of linmeta.vllm (LINMETA_VLLM_PROFILE=vllm-0.34) against
-# vLLM 0.34.0's real GDN and KDA metadata builders, on CPU (docs/vllm.md). Not part of
-# .ci/run: the venv is ~8.5 GB.
+# Object-to-object differential test of linmeta.vllm (the vllm-0.34 profile, which it chooses
+# itself under vLLM 0.34) against vLLM 0.34.0's real GDN and KDA metadata builders, on CPU
+# (docs/vllm.md). Not part of .ci/run: the venv is ~8.5 GB.
 #
 #   scripts/vllm-adapter-diff.sh [--steps N] [--seed S] [--zero-drafts P] [--record FILE]
 #

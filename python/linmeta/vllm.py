@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import logging
 import os
 import sys
 import threading
@@ -72,9 +73,6 @@ _PREFETCH_TABLES = os.environ.get("LINMETA_VLLM_PREFETCH_TABLES", "1") != "0"
 # _update_block_table_python) for every call.
 _FAST_BUILD = os.environ.get("LINMETA_VLLM_FAST_BUILD", "1") != "0"
 
-# The rules profile of the native builders: "seed" (default) or "vllm-0.34" (docs/vllm.md).
-_PROFILE = os.environ.get("LINMETA_VLLM_PROFILE") or None
-
 _this_module = sys.modules[__name__]  # VllmBuildState reads _PREFETCH_TABLES from it
 
 
@@ -93,6 +91,34 @@ def _import_vllm_base():
 
 
 _VllmBase, _VllmCGSupport = _import_vllm_base()
+
+
+def _default_profile(env: str | None, vllm_version: str | None) -> str | None:
+    """The rules profile of the native builders (docs/vllm.md): LINMETA_VLLM_PROFILE when set
+    ("seed" or "vllm-0.34"); else the rules of the vLLM this process runs: "vllm-0.34" for
+    vLLM 0.34.x, the seed rules (None) for any other version (logged: they are not checked
+    against it) and without vLLM."""
+    if env:
+        return env
+    if vllm_version is None:
+        return None
+    if vllm_version.startswith("0.34."):
+        return "vllm-0.34"
+    logging.getLogger("linmeta.vllm").warning(
+        "linmeta.vllm: vLLM %s has no rules profile of its own; the builders follow the seed "
+        "rules (LINMETA_VLLM_PROFILE=vllm-0.34 selects vLLM 0.34's)",
+        vllm_version,
+    )
+    return None
+
+
+def _vllm_version() -> str | None:
+    """vLLM's version when vLLM is imported (a stand-in package without one: None)."""
+    v = getattr(sys.modules.get("vllm"), "__version__", None)
+    return v if isinstance(v, str) else None
+
+
+_PROFILE = _default_profile(os.environ.get("LINMETA_VLLM_PROFILE"), _vllm_version())
 
 
 class _LocalCGSupport(enum.Enum):

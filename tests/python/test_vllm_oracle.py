@@ -214,6 +214,21 @@ def test_supports_update_block_table_follows_the_profile(monkeypatch, profile):
         assert not rule(LV.GDNAttentionMetadataBuilder, vc, cpu)
 
 
+def test_default_profile_follows_the_running_vllm(caplog):
+    """LINMETA_VLLM_PROFILE wins; unset, vLLM 0.34.x gets its own rules and any other
+    version (or no vLLM, as under the oracle's stand-in) the seed rules, with a warning for a
+    vLLM whose rules linmeta does not have."""
+    pick = LV._default_profile
+    if not os.environ.get("LINMETA_VLLM_PROFILE"):
+        assert LV._PROFILE is None  # the stand-in vllm has no version
+    assert pick("vllm-0.34", None) == "vllm-0.34" and pick("seed", "0.34.0") == "seed"
+    assert pick(None, "0.34.0") == "vllm-0.34" and pick("", "0.34.2") == "vllm-0.34"
+    assert pick(None, None) is None
+    with caplog.at_level("WARNING", logger="linmeta.vllm"):
+        assert pick(None, "0.33.1") is None
+    assert "vLLM 0.33.1 has no rules profile" in caplog.text
+
+
 def _gdn_case(name_part):
     return next(c for c in CASES if name_part in c["name"])
 

@@ -27,8 +27,9 @@ import random
 import sys
 import time
 
-# Before linmeta.vllm is imported: its profile is read at import.
-os.environ["LINMETA_VLLM_PROFILE"] = "vllm-0.34"
+# Unset before linmeta.vllm is imported: the profile it chooses for vLLM 0.34 on its own (as
+# under the plugin) must be vLLM 0.34's (checked below).
+os.environ.pop("LINMETA_VLLM_PROFILE", None)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -42,6 +43,8 @@ from wheel_env import torch  # noqa: E402
 
 import linmeta.vllm as lv  # noqa: E402
 import vllm_oracle_util as util  # noqa: E402
+
+assert lv._PROFILE == "vllm-0.34", f"linmeta.vllm chose profile {lv._PROFILE!r} under vLLM 0.34"
 
 PUBLIC = os.path.normpath(os.path.join(REPO, "..", "shared", "cases", "vllm034_public.jsonl"))
 ADAPTER = {"gdn": lv.GDNAttentionMetadataBuilder, "kda": lv.KimiK3KDAMetadataBuilder}
