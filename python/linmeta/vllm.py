@@ -19,6 +19,7 @@ classes for these (docs/vllm.md).
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import enum
 import functools
@@ -1086,3 +1087,45 @@ def _cutedsl_chunk_metadata(prefill_query_start_loc, total_tokens):
     from vllm.model_executor.layers.mamba.ops.gdn_chunk_cutedsl import prepare_metadata_cutedsl
 
     return prepare_metadata_cutedsl(prefill_query_start_loc, int(total_tokens), _FLA_CHUNK_SIZE)
+
+
+# vLLM's builder classes that linmeta's stand in for: (module, class, linmeta's class name).
+_VLLM_BUILDERS = (
+    (
+        "vllm.v1.attention.backends.gdn_attn",
+        "GDNAttentionMetadataBuilder",
+        "GDNAttentionMetadataBuilder",
+    ),
+    (
+        "vllm.models.kimi_k3.nvidia.kda_metadata",
+        "KimiK3KDAMetadataBuilder",
+        "KimiK3KDAMetadataBuilder",
+    ),
+)
+
+
+def _register_with_vllm(builders=_VLLM_BUILDERS) -> list[str]:
+    """Makes linmeta's builders count as vLLM's where vLLM tests for them with isinstance:
+    each is registered as a virtual subclass of the vLLM class it replaces (vLLM's builders
+    are abc.ABC classes), so isinstance(ours, vLLM's) holds without inheriting any of vLLM's
+    code. vLLM 0.34's MRV2 runner needs it: it hands the spec-decode counts
+    (num_accepted_tokens, num_decode_draft_tokens_cpu) only to builders that are vLLM's GDN
+    builder or a subclass (MambaHybridModelState.get_extra_attn_kwargs), and binds the
+    deferred RecoverSSM only to vLLM's KDA builder (DeferredRecoverSSMState.bind). Returns
+    the vLLM classes registered with (none without vLLM)."""
+    done = []
+    for module_name, vllm_name, ours_name in builders:
+        try:
+            theirs = getattr(__import__(module_name, fromlist=[vllm_name]), vllm_name)
+        except Exception:  # noqa: BLE001 - vLLM absent, or a build without that model
+            continue
+        ours = globals()[ours_name]
+        if not isinstance(theirs, abc.ABCMeta):
+            continue  # not vLLM's abstract builder: nothing to register with
+        if not issubclass(ours, theirs):
+            theirs.register(ours)
+        done.append(f"{module_name}.{vllm_name}")
+    return done
+
+
+_register_with_vllm()

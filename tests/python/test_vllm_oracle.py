@@ -229,6 +229,40 @@ def test_default_profile_follows_the_running_vllm(caplog):
     assert "vLLM 0.33.1 has no rules profile" in caplog.text
 
 
+def test_builders_count_as_vllms_for_isinstance(monkeypatch):
+    """vLLM's runner tests builders with isinstance (MRV2 hands the spec-decode counts only to
+    GDN-family builders): each of linmeta's builders registers as a virtual subclass of the
+    vLLM class it replaces (an abc.ABC), KDA's through GDN's too; nothing is inherited. A
+    module that is not there (no vLLM, a build without Kimi-K3) is skipped."""
+    import abc
+    import sys
+    import types
+
+    fake = types.ModuleType("fake_vllm_gdn")
+
+    class GDNAttentionMetadataBuilder(abc.ABC):  # noqa: N801 - vLLM's name
+        def build(self):
+            raise AssertionError("not inherited")
+
+    fake.GDNAttentionMetadataBuilder = GDNAttentionMetadataBuilder
+    monkeypatch.setitem(sys.modules, "fake_vllm_gdn", fake)
+    done = LV._register_with_vllm(
+        (
+            ("fake_vllm_gdn", "GDNAttentionMetadataBuilder", "GDNAttentionMetadataBuilder"),
+            ("no_such_vllm_module", "KimiK3KDAMetadataBuilder", "KimiK3KDAMetadataBuilder"),
+        )
+    )
+    assert done == ["fake_vllm_gdn.GDNAttentionMetadataBuilder"]
+    assert issubclass(LV.GDNAttentionMetadataBuilder, GDNAttentionMetadataBuilder)
+    assert issubclass(LV.KimiK3KDAMetadataBuilder, GDNAttentionMetadataBuilder)
+    assert GDNAttentionMetadataBuilder not in LV.GDNAttentionMetadataBuilder.__mro__
+    case = _gdn_case("decode")
+    b = LV.GDNAttentionMetadataBuilder(*u.vllm_objects(RUNNER, case["config"], 1)[0], "cpu")
+    assert isinstance(b, GDNAttentionMetadataBuilder)
+    # Under the oracle's stand-in vllm (no such modules) nothing is registered.
+    assert LV._register_with_vllm() == []
+
+
 def _gdn_case(name_part):
     return next(c for c in CASES if name_part in c["name"])
 

@@ -10,6 +10,8 @@ group) and the same CommonAttentionMetadata / accepted / draft tensors, and are 
 wheel_runner.py calls vLLM's builders:
 * runner path: GDN group 0 builds, later groups ``update_block_table`` from group 0's
   metadata; KDA builds every group (after the runner's aligned state indices in align mode);
+  the accepted / draft counts reach build() as MRV2 hands them over (its model state's
+  get_extra_attn_kwargs, which tests the builder's class), not directly;
 * independent path (multi-group steps): every group built by fresh builder objects.
 Every returned object is compared recursively (dataclass types and fields, nums_dict, host
 lists; tensors: dtype, shape, device, values; None-ness). A step the wheel rejects must be
@@ -43,6 +45,7 @@ from wheel_env import torch  # noqa: E402
 
 import linmeta.vllm as lv  # noqa: E402
 import vllm_oracle_util as util  # noqa: E402
+from vllm.v1.worker.gpu.model_states.mamba_hybrid import MambaHybridAttnMetadata  # noqa: E402
 
 assert lv._PROFILE == "vllm-0.34", f"linmeta.vllm chose profile {lv._PROFILE!r} under vLLM 0.34"
 
@@ -77,8 +80,20 @@ def _builders(cls, kind: str, config: dict, objs):
     return [cls(spec, names, vc, wheel_env.DEVICE) for spec, names, vc in objs]
 
 
+def _runner_counts(b, m, accepted, drafts):
+    """The (accepted, drafts) counts vLLM 0.34's MRV2 hands builder `b`: its model state's
+    get_extra_attn_kwargs (MambaHybridAttnMetadata) gives them only to builders it takes for
+    GDN-family ones (isinstance), None otherwise."""
+    state = MambaHybridAttnMetadata(
+        is_prefilling=m.is_prefilling, num_accepted_tokens=accepted, num_decode_draft_tokens_cpu=drafts
+    )
+    kw = state.get_extra_attn_kwargs(b, m.num_reqs)
+    return kw.get("num_accepted_tokens"), kw.get("num_decode_draft_tokens_cpu")
+
+
 def _run(builders, kind: str, case: dict, per_group, accepted, drafts, runner_path: bool):
-    """The metadata of every group, or the exception raised."""
+    """The metadata of every group, or the exception raised. The runner path takes the counts
+    the way MRV2 hands them over (_runner_counts)."""
     config, mode = case["config"], case["mode"]
     out = []
     try:
@@ -86,6 +101,8 @@ def _run(builders, kind: str, case: dict, per_group, accepted, drafts, runner_pa
             wheel_runner._prepare(b, config, m)
             if runner_path and kind == "gdn" and g > 0:
                 out.append(b.update_block_table(out[0], m.block_table_tensor, m.slot_mapping))
+            elif runner_path:
+                out.append(wheel_runner._build(b, mode, m, *_runner_counts(b, m, accepted, drafts)))
             else:
                 out.append(wheel_runner._build(b, mode, m, accepted, drafts))
     except Exception as e:  # noqa: BLE001 - compared with the other side
@@ -234,6 +251,11 @@ def main() -> int:
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else int(time.time()) % 1000000
     print(f"adapter_diff: seed {seed}, {a.steps} random steps per builder, vllm {wheel_env.vllm.__version__}")
+    # vLLM's runner tests its builders with isinstance (_runner_counts, the deferred RecoverSSM).
+    for kind in ("gdn", "kda"):
+        assert issubclass(ADAPTER[kind], REFERENCE[kind]), f"linmeta's {kind} builder is not vLLM's"
+    print(f"profile {lv._PROFILE} (chosen from vLLM's version); linmeta's builders count as vLLM's "
+          "for isinstance (GDN, KDA)")
 
     equal = {"gdn": 0, "kda": 0}
     total = {"gdn": 0, "kda": 0}
