@@ -12,7 +12,10 @@ wheel_runner.py calls vLLM's builders:
   metadata; KDA builds every group (after the runner's aligned state indices in align mode);
   the accepted / draft counts reach build() as MRV2 hands them over (its model state's
   get_extra_attn_kwargs, which tests the builder's class), not directly;
-* independent path (multi-group steps): every group built by fresh builder objects.
+* independent path (multi-group steps): every group built by fresh builder objects;
+* deferred pass (--steps / 10 KDA RecoverSSM build steps): both sides' builders bound by
+  Kimi-K3's DeferredRecoverSSMState (which binds only builders that are vLLM's KDA builder),
+  with an fp32_deferred commit context stand-in; the metadata and recoverssm_deferred.
 Every returned object is compared recursively (dataclass types and fields, nums_dict, host
 lists; tensors: dtype, shape, device, values; None-ness). A step the wheel rejects must be
 rejected by the adapter too. The one stand-in on both sides: the RecoverSSM commit context
@@ -28,6 +31,7 @@ import os
 import random
 import sys
 import time
+import types
 
 # Unset before linmeta.vllm is imported: the profile it chooses for vLLM 0.34 on its own (as
 # under the plugin) must be vLLM 0.34's (checked below).
@@ -45,6 +49,13 @@ from wheel_env import torch  # noqa: E402
 
 import linmeta.vllm as lv  # noqa: E402
 import vllm_oracle_util as util  # noqa: E402
+from vllm.models.kimi_k3.nvidia.specialized_decode.recoverssm.context import (  # noqa: E402
+    FP32_DEFERRED,
+    KDADeferredCommitContext,
+)
+from vllm.models.kimi_k3.nvidia.specialized_decode.recoverssm.state import (  # noqa: E402
+    DeferredRecoverSSMState,
+)
 from vllm.v1.worker.gpu.model_states.mamba_hybrid import MambaHybridAttnMetadata  # noqa: E402
 
 assert lv._PROFILE == "vllm-0.34", f"linmeta.vllm chose profile {lv._PROFILE!r} under vLLM 0.34"
@@ -154,6 +165,25 @@ def _tally(kind: str, ref, groups: int) -> None:
         COVERAGE[f"{kind} {t}"] = COVERAGE.get(f"{kind} {t}", 0) + 1
 
 
+def _compare(label: str, ref, ours, skip=()) -> list[str]:
+    """The differences of two sides' per-group metadata lists (or the exceptions raised);
+    fields in `skip` are not compared."""
+    if isinstance(ref, Exception) or isinstance(ours, Exception):
+        if isinstance(ref, Exception) and isinstance(ours, Exception):
+            return []  # both reject the step
+        which = "vLLM" if isinstance(ref, Exception) else "linmeta"
+        e = ref if isinstance(ref, Exception) else ours
+        return [f"{label}: only {which} raised {type(e).__name__}: {str(e)[:300]}"]
+    diffs = []
+    for g, (o, r) in enumerate(zip(ours, ref)):
+        path = f"{label}.group{g}"
+        diffs.extend(util.diff(o, r, path, skip=TIES + tuple(skip)))
+        for name in TIES:
+            if hasattr(r, name):
+                diffs.extend(_diff_up_to_ties(o, r, name, f"{path}.{name}"))
+    return diffs
+
+
 def compare_case(case: dict) -> list[str]:
     """Every difference between the adapter and the wheel on one case (empty: equal)."""
     kind, step = case["builder"], case["step"]
@@ -163,19 +193,7 @@ def compare_case(case: dict) -> list[str]:
     diffs: list[str] = []
 
     def check(label, ref, ours):
-        if isinstance(ref, Exception) or isinstance(ours, Exception):
-            if isinstance(ref, Exception) and isinstance(ours, Exception):
-                return  # both reject the step
-            which = "vLLM" if isinstance(ref, Exception) else "linmeta"
-            e = ref if isinstance(ref, Exception) else ours
-            diffs.append(f"{label}: only {which} raised {type(e).__name__}: {str(e)[:300]}")
-            return
-        for g, (o, r) in enumerate(zip(ours, ref)):
-            path = f"{label}.group{g}"
-            diffs.extend(util.diff(o, r, path, skip=TIES))
-            for name in TIES:
-                if hasattr(r, name):
-                    diffs.extend(_diff_up_to_ties(o, r, name, f"{path}.{name}"))
+        diffs.extend(_compare(label, ref, ours))
 
     # The runner path: one builder object per group, all made before the step.
     ref_b = _builders(REFERENCE[kind], kind, case["config"], objs)
@@ -196,6 +214,60 @@ def compare_case(case: dict) -> list[str]:
             ours = _run(_builders(ADAPTER[kind], kind, case["config"], objs[one]), kind, case,
                         per_group[one], accepted, drafts, False)
             check(f"independent{g}", ref, ours)
+    return diffs
+
+
+def _deferred_context():
+    """A commit context of the fp32_deferred backend (the real one needs CUDA layers): all
+    the deferred build reads of it is its backend."""
+    ctx = object.__new__(KDADeferredCommitContext)
+    ctx.__dict__["backend"] = FP32_DEFERRED
+    return ctx
+
+
+def _run_deferred(cls, case: dict, per_group, accepted, drafts, objs):
+    """KDA builders bound by vLLM's DeferredRecoverSSMState (Kimi-K3's deferred RecoverSSM,
+    which binds only builders that are vLLM's KDA builder), then the runner path; each
+    group's metadata with its recoverssm_deferred, or the exception raised."""
+    builders = _builders(cls, "kda", case["config"], objs)
+    state = DeferredRecoverSSMState(int(case["config"]["max_num_seqs"]), wheel_env.DEVICE)
+    groups = [[types.SimpleNamespace(get_metadata_builder=lambda i, b=b: b)] for b in builders]
+    state.bind(groups, torch.arange(len(case["step"]["seq_lens"]), dtype=torch.int32))
+    out = []
+    try:
+        for b, m in zip(builders, per_group):
+            if getattr(b, "recoverssm_pending", None) is not state.pending:
+                raise AssertionError("DeferredRecoverSSMState.bind skipped this builder")
+            b.recoverssm_context = _deferred_context()
+            wheel_runner._prepare(b, case["config"], m)
+            md = wheel_runner._build(b, case["mode"], m, accepted, drafts)
+            out.append((md, md.recoverssm_deferred))
+    except Exception as e:  # noqa: BLE001 - compared with the other side
+        return e
+    return out
+
+
+def compare_deferred(case: dict) -> list[str]:
+    """A KDA RecoverSSM build step under the deferred RecoverSSM on both sides: the metadata
+    and its recoverssm_deferred (record rows, pending counts, eager rows, state indices)."""
+    per_group, accepted, drafts = wheel_runner._step_inputs(case)
+    tokens = max(int(case["step"]["num_actual_tokens"]), int(case["step"]["query_start_loc"][-1]))
+    objs = _objects("kda", case["config"], len(per_group), tokens)
+    ref = _run_deferred(REFERENCE["kda"], case, per_group, accepted, drafts, objs)
+    ours = _run_deferred(ADAPTER["kda"], case, per_group, accepted, drafts, objs)
+    if isinstance(ref, Exception) or isinstance(ours, Exception):
+        return _compare("deferred", ref, ours)
+    # recoverssm_context: the stand-in context, or vLLM's step commit over it (by type).
+    diffs = _compare("deferred", [r for r, _ in ref], [o for o, _ in ours], ("recoverssm_context",))
+    for g, ((r, rd), (o, od)) in enumerate(zip(ref, ours)):
+        if type(o.recoverssm_context) is not type(r.recoverssm_context):
+            diffs.append(f"deferred.group{g}.recoverssm_context: type differs")
+        if (rd is None) != (od is None):
+            diffs.append(f"deferred.group{g}.recoverssm_deferred: None-ness differs")
+        elif rd is not None:
+            for name in ("record_rows", "pending", "eager", "state_indices"):
+                diffs.extend(util.diff(getattr(od, name), getattr(rd, name),
+                                       f"deferred.group{g}.recoverssm_deferred.{name}"))
     return diffs
 
 
@@ -304,20 +376,38 @@ def main() -> int:
             case = util.random_case(rng, kind, profile="vllm-0.34", zero_drafts=a.zero_drafts / 100)
             case["name"] = f"random-{seed}/{kind}/{i}"
             one(case)
+    # Kimi-K3's deferred RecoverSSM binds KDA builders by class: RecoverSSM build steps.
+    rng = random.Random(f"{seed}/deferred")
+    deferred = [0, 0]
+    while deferred[1] < a.steps // 10:
+        case = util.random_case(rng, "kda", profile="vllm-0.34", zero_drafts=a.zero_drafts / 100)
+        if not case["config"]["use_recoverssm"] or case["mode"] != "build":
+            continue
+        case["name"] = f"deferred-{seed}/{deferred[1]}"
+        diffs = compare_deferred(case)
+        deferred[0] += not diffs
+        deferred[1] += 1
+        if diffs and shown < a.show:
+            shown += 1
+            print(f"DIFF {_describe(case)}")
+            for d in diffs[:8]:
+                print(f"  {d[:400]}")
+    print(f"deferred RecoverSSM (KDA builders bound by vLLM's DeferredRecoverSSMState): "
+          f"{deferred[0]}/{deferred[1]} equal")
     print("exercised (runner path, group 0 of vLLM's objects): " + ", ".join(
         f"{k} {n}" for k, n in sorted(COVERAGE.items())))
     for key, n in sorted(failures.items(), key=lambda kv: -kv[1])[:20]:
         print(f"  {n:6d}  {key}")
     summary = (
         f"adapter vs vllm 0.34: gdn {equal['gdn']}/{total['gdn']} equal, "
-        f"kda {equal['kda']}/{total['kda']} equal"
+        f"kda {equal['kda']}/{total['kda']} equal, deferred RecoverSSM {deferred[0]}/{deferred[1]} equal"
     )
     print(f"({time.time() - start:.0f} s; {TIE_ORDERS[0]} flashinfer_prefill_seq_order equal up to ties)")
     print(summary)
     if a.record:
         with open(a.record, "a") as f:
             f.write(summary + "\n")
-    return 0 if equal == total else 1
+    return 0 if equal == total and deferred[0] == deferred[1] else 1
 
 
 if __name__ == "__main__":
