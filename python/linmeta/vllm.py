@@ -1110,7 +1110,7 @@ def _register_with_vllm(builders=_VLLM_BUILDERS) -> list[str]:
     are abc.ABC classes), so isinstance(ours, vLLM's) holds without inheriting any of vLLM's
     code. vLLM 0.34's MRV2 runner needs it: it hands the spec-decode counts
     (num_accepted_tokens, num_decode_draft_tokens_cpu) only to builders that are vLLM's GDN
-    builder or a subclass (MambaHybridModelState.get_extra_attn_kwargs), and binds the
+    builder or a subclass (MambaHybridAttnMetadata.get_extra_attn_kwargs), and binds the
     deferred RecoverSSM only to vLLM's KDA builder (DeferredRecoverSSMState.bind). Returns
     the vLLM classes registered with (none without vLLM)."""
     done = []
