@@ -939,6 +939,10 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.spec_state_slots = 1 if self.use_recoverssm else self.num_spec + 1
         self.recoverssm_context = None
+        if _PROFILE == "vllm-0.34":
+            # vLLM 0.34's KDA builder declares it (a class attribute), and its MRV2 runner
+            # sets the aligned state indices only on builders that have it (hasattr).
+            self.mamba_aligned_state_indices = None
 
     def _linmeta_config(self) -> dict:
         cfg = super()._linmeta_config()

@@ -263,6 +263,26 @@ def test_builders_count_as_vllms_for_isinstance(monkeypatch):
     assert LV._register_with_vllm() == []
 
 
+@pytest.mark.parametrize("profile", [None, "vllm-0.34"])
+def test_kda_declares_the_aligned_indices_in_the_vllm034_profile(monkeypatch, profile):
+    """vLLM 0.34's MRV2 sets mamba_aligned_state_indices only on builders that have the
+    attribute, and its KDA builder declares it: linmeta's KDA builder has it (None until set)
+    in the vllm-0.34 profile, so that align-mode builds get the indices instead of failing
+    the assertion that they are set; the seed KDA builder has no such attribute."""
+    monkeypatch.setattr(LV, "_PROFILE", profile)
+    case = next(
+        c
+        for c in CASES
+        if c["builder"] == "kda"
+        and c["config"]["mamba_cache_mode"] == "none"
+        and not c["config"].get("num_prefill_checkpoint_blocks")
+    )
+    b = LV.KimiK3KDAMetadataBuilder(*u.vllm_objects(RUNNER, case["config"], 1)[0], "cpu")
+    assert hasattr(b, "mamba_aligned_state_indices") == (profile == "vllm-0.34")
+    if profile is not None:
+        assert b.mamba_aligned_state_indices is None
+
+
 def _gdn_case(name_part):
     return next(c for c in CASES if name_part in c["name"])
 

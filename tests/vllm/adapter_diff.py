@@ -109,7 +109,7 @@ def _run(builders, kind: str, case: dict, per_group, accepted, drafts, runner_pa
     out = []
     try:
         for g, (b, m) in enumerate(zip(builders, per_group)):
-            wheel_runner._prepare(b, config, m)
+            wheel_runner._prepare(b, kind, config, m)
             if runner_path and kind == "gdn" and g > 0:
                 out.append(b.update_block_table(out[0], m.block_table_tensor, m.slot_mapping))
             elif runner_path:
@@ -239,7 +239,7 @@ def _run_deferred(cls, case: dict, per_group, accepted, drafts, objs):
             if getattr(b, "recoverssm_pending", None) is not state.pending:
                 raise AssertionError("DeferredRecoverSSMState.bind skipped this builder")
             b.recoverssm_context = _deferred_context()
-            wheel_runner._prepare(b, case["config"], m)
+            wheel_runner._prepare(b, "kda", case["config"], m)
             md = wheel_runner._build(b, case["mode"], m, accepted, drafts)
             out.append((md, md.recoverssm_deferred))
     except Exception as e:  # noqa: BLE001 - compared with the other side

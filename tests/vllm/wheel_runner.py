@@ -230,10 +230,15 @@ def dtypes(md) -> dict[str, str]:
 # --------------------------------------------------------------------------- execution
 
 
-def _prepare(b, config: dict, m) -> None:
-    """What the CUDA runner sets on a builder before building (align mode only). On CUDA
-    the GDN builder opts into it (supports_update_block_table); KDA always reads it."""
+def _prepare(b, kind: str, config: dict, m) -> None:
+    """What the CUDA runner sets on a builder before building (align mode only). MRV2
+    (model_states/mamba_hybrid.py) sets the aligned state indices only on builders that have
+    the attribute (hasattr): vLLM's KDA builder declares it on its class and always reads it;
+    GDN's sets it in __init__ where supports_update_block_table, which is CUDA-only, so on
+    this CPU harness GDN builders get it as the CUDA runner would give it."""
     if config["mamba_cache_mode"] != "align":
+        return
+    if kind != "gdn" and not hasattr(b, "mamba_aligned_state_indices"):
         return
     b.mamba_aligned_state_indices = wheel_env.aligned_state_indices(
         m.block_table_tensor, m.seq_lens, int(config["block_size"]), int(config["num_speculative_blocks"])
@@ -268,7 +273,7 @@ def execute(case: dict, dtype_log: dict | None = None) -> tuple[dict, list[dict]
     first_md = None
     for g, m in enumerate(per_group):
         b = wheel_builders.make_builder(builder, config, g)
-        _prepare(b, config, m)
+        _prepare(b, builder, config, m)
         if builder == "gdn" and g > 0:
             md = b.update_block_table(first_md, m.block_table_tensor, m.slot_mapping)
         else:
@@ -283,7 +288,7 @@ def execute(case: dict, dtype_log: dict | None = None) -> tuple[dict, list[dict]
     if len(per_group) > 1:
         for g, m in enumerate(per_group):
             b = wheel_builders.make_builder(builder, config, g)
-            _prepare(b, config, m)
+            _prepare(b, builder, config, m)
             alone = serialise(_build(b, mode, m, accepted, drafts), builder, m)
             if alone != runner_out[g]:
                 raise RuntimeError(f"group {g}: update_block_table and an independent build differ")
