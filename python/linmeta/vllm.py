@@ -534,12 +534,9 @@ class _Engine:
         unless the step's launch gathered them from that table's memory already), when
         `metadata` belongs to the last planned step; None otherwise."""
         session = self.session
-        if session is None or session.num_actual_tokens != metadata.num_actual_tokens:
+        if session is None:
             return None
-        try:
-            return session.serve(slot, table, self.current_stream)
-        except _linmeta.Error:
-            return None
+        return session.serve(slot, table, self.current_stream, metadata.num_actual_tokens)
 
 
 _ENGINES: dict[tuple, _Engine] = {}

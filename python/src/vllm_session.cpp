@@ -682,10 +682,15 @@ void bind_vllm_session(nb::module_& m) {
            "grow"_a)
       .def(
           "serve",
-          [](VllmSession& s, int32_t group, nb::handle table, nb::handle stream_fn) {
-            return s.serve(group, table, CallbackLaunchArgs(stream_fn));
+          [](nb::handle self, int32_t group, nb::handle table, nb::handle stream_fn,
+             nb::handle num_actual_tokens) {
+            return session_serve(self, group, table, CallbackLaunchArgs(stream_fn),
+                                 num_actual_tokens);
           },
-          "group"_a, "table"_a.none(), "stream_fn"_a.none())
+          "group"_a, "table"_a.none(), "stream_fn"_a.none(), "num_actual_tokens"_a,
+          "session_serve (vllm_session.hpp): group's fields re-gathered from `table` when "
+          "needed, or None for metadata of another step (stream_fn: None or a callable "
+          "returning the stream, called only when a re-gather launches).")
       .def_prop_ro("plans", &VllmSession::plans)
       .def_prop_ro("num_actual_tokens", &VllmSession::num_actual_tokens)
       .def_prop_ro("cached_views", &VllmSession::cached_views)
