@@ -4,7 +4,8 @@ against the native build they wrap and against the seed builder (vLLM's Python b
 through ../shared/oracle's stand-in ``vllm`` with its tensors on the same device).
 
 Columns, per scheduler step (all G KV-cache groups), host time in microseconds, each the
-median over single timed steps (timer overhead subtracted; see ``timed``):
+median over single timed steps (timer overhead subtracted; see ``timed``), less the bench's
+own loop over the groups (``loop``):
 
 * ``seed``      the seed builders, one object per group, called as vLLM's runner calls them
                 (with seed 001's per-step cache), every field read;
@@ -22,7 +23,12 @@ median over single timed steps (timer overhead subtracted; see ``timed``):
                 importing the tensors, the result dicts), and
 * ``read``      reading every field of the G returned objects;
                 the rest (adapter - session - read) is ``build()`` above them (its C++
-                wrapper, the argument handling and the dataclass).
+                wrapper, the argument handling and the dataclass);
+* ``loop``      the bench's own loop: the function that walks the G (builder, metadata)
+                pairs, timed with the calls and reads left out (a Python function call, a
+                zip and G iterations: not the builder's cost, which an engine's own loop
+                has alike). It is subtracted from ``seed``, ``adapter`` and
+                ``adapter - native``, as the timer's own overhead is from every column.
 
 The headline step: 256 spec-decode rows, k = 3, align mode, FULL CUDA graphs (GDN), G = 1
 and G = 4; plus the same for KDA and a mixed prefill step. Runs on the CPU (host target)
@@ -229,7 +235,7 @@ def main():
           f"iters {args.iters} (seed {seed_iters}) x {args.repeats}")
     header = (f"{'workload':<14} {'G':>2} {'prefetch':>8} {'seed':>9} {'adapter':>9} "
               f"{'native':>8} {'py-api':>8} {'adapter-native':>15} {'seed/adapter':>12} "
-              f"{'session':>8} {'read':>6}")
+              f"{'session':>8} {'read':>6} {'loop':>5}")
     print(header)
     for wl in args.workloads.split(","):
         for groups in (int(x) for x in args.groups.split(",")):
@@ -253,6 +259,10 @@ def main():
                     for b, m in zip(builders, ms):
                         read_all(b.build(0, m, accepted, drafts))
 
+                def run_loop(builders):  # run() without the calls: the bench's own part
+                    for b, m in zip(builders, ms):
+                        pass
+
                 # Equal outputs first (a bench of wrong answers is worthless).
                 runner.clear_step_cache(seeds)
                 for b, m in zip(seed_b, ms):
@@ -263,7 +273,8 @@ def main():
                         if isinstance(r, torch.Tensor):
                             assert o.dtype == r.dtype and torch.equal(o.cpu(), r.cpu()), n
                 runner.clear_step_cache(seeds)
-                t_seed = timed(lambda: run(seed_b), seed_iters, args.repeats, sync)
+                t_loop = timed(lambda: run_loop(ours_b), args.iters, args.repeats, sync)
+                t_seed = timed(lambda: run(seed_b), seed_iters, args.repeats, sync) - t_loop
                 eng = ours_b[0]._engine
 
                 def native_us():
@@ -272,6 +283,7 @@ def main():
 
                 t_adapter, t_native, t_over = timed(lambda: run(ours_b), args.iters,
                                                     args.repeats, sync, native_us)
+                t_adapter, t_over = t_adapter - t_loop, t_over - t_loop
                 # The generic Python API on a builder of its own.
                 api = (linmeta.KdaMetadataBuilder if kind == "kda" else linmeta.GdnMetadataBuilder)(
                     **eng.config | {"max_num_batched_tokens": eng.token_capacity},
@@ -305,12 +317,12 @@ def main():
                 row = dict(workload=wl, groups=groups, prefetch=prefetch, seed_us=t_seed,
                            adapter_us=t_adapter, native_us=t_native,
                            adapter_minus_native_us=t_over, py_api_us=t_api,
-                           session_us=t_session, read_us=t_read,
+                           session_us=t_session, read_us=t_read, loop_us=t_loop,
                            device=str(device), torch=torch.__version__)
                 rows.append(row)
                 print(f"{wl:<14} {groups:>2} {str(prefetch):>8} {t_seed:9.1f} {t_adapter:9.1f} "
                       f"{t_native:8.1f} {t_api:8.1f} {t_over:15.1f} "
-                      f"{t_seed / t_adapter:11.1f}x {t_session:8.1f} {t_read:6.1f}")
+                      f"{t_seed / t_adapter:11.1f}x {t_session:8.1f} {t_read:6.1f} {t_loop:5.2f}")
     lv._PREFETCH_TABLES = prefetch_default
     if args.json:
         with open(args.json, "w") as f:

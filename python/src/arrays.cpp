@@ -170,14 +170,16 @@ struct TorchObjects {
   PyTypeObject* tensor = nullptr;
   nb::object int32, int64, boolean, uint8, int8, int16;
   nb::object s_dtype, s_shape, s_stride, s_data_ptr, s_get_device;
-  TorchReadFn reader = nullptr;    ///< linmeta._torch_reader's, when usable
-  TorchStreamFn stream = nullptr;  ///< ... and its current-stream query (CUDA torch builds)
-  std::string reader_status;       ///< why it is used or not (torch_reader_status())
+  TorchReadFn reader = nullptr;           ///< linmeta._torch_reader's, when usable
+  TorchStreamFn stream = nullptr;         ///< ... and its current-stream query (CUDA torch builds)
+  TorchConvListsFn conv_lists = nullptr;  ///< ... and its conv1d host lists
+  std::string reader_status;              ///< why it is used or not (torch_reader_status())
 };
 
 /// linmeta._torch_reader's read function when the module is there, built against this very
 /// torch version, and not switched off (LINMETA_TORCH_READER=0); else null, with the reason.
-TorchReadFn load_torch_reader(nb::handle torch, std::string& status, TorchStreamFn& stream) {
+TorchReadFn load_torch_reader(nb::handle torch, std::string& status, TorchStreamFn& stream,
+                              TorchConvListsFn& conv_lists) {
   const char* env = std::getenv("LINMETA_TORCH_READER");
   if (env != nullptr && std::string(env) == "0") {
     status = "off: LINMETA_TORCH_READER=0";
@@ -208,6 +210,11 @@ TorchReadFn load_torch_reader(nb::handle torch, std::string& status, TorchStream
     if (sf == nullptr) PyErr_Clear();
     stream = reinterpret_cast<TorchStreamFn>(sf);
   }
+  if (nb::hasattr(reader, "conv_lists")) {
+    void* cf = PyCapsule_GetPointer(reader.attr("conv_lists").ptr(), kTorchConvListsCapsule);
+    if (cf == nullptr) PyErr_Clear();
+    conv_lists = reinterpret_cast<TorchConvListsFn>(cf);
+  }
   status = "on: torch " + running;
   return reinterpret_cast<TorchReadFn>(fn);
 }
@@ -236,7 +243,7 @@ const TorchObjects* torch_objects() {
   t->s_stride = nb::str("stride");
   t->s_data_ptr = nb::str("data_ptr");
   t->s_get_device = nb::str("get_device");
-  t->reader = load_torch_reader(torch, t->reader_status, t->stream);
+  t->reader = load_torch_reader(torch, t->reader_status, t->stream, t->conv_lists);
   cached = t;
   return cached;
 }
@@ -386,6 +393,14 @@ std::string torch_reader_status() {
 bool torch_current_stream(int32_t device, uintptr_t& out) {
   const TorchObjects* t = torch_objects();
   return t != nullptr && t->stream != nullptr && t->stream(device, &out) == 1;
+}
+
+nb::object torch_conv_lists(const int32_t* nums, int64_t n) {
+  const TorchObjects* t = torch_objects();
+  if (t == nullptr || t->reader == nullptr || t->conv_lists == nullptr) return nb::none();
+  PyObject* r = t->conv_lists(nums, n);
+  if (r == nullptr) throw nb::python_error();
+  return nb::steal(r);
 }
 
 void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Stream consumer,

@@ -69,6 +69,11 @@ std::string torch_reader_status();
 /// through linmeta._torch_reader; false when the reader or its CUDA part is not in use.
 bool torch_current_stream(int32_t device, uintptr_t& out);
 
+/// vLLM's causal-conv1d host lists of the programs per sequence `nums` (host, n entries) as
+/// new CPU torch tensors (nums, mlist, offsetlist), made by linmeta._torch_reader; None when
+/// the reader is not in use.
+nb::object torch_conv_lists(const int32_t* nums, int64_t n);
+
 /// What one input must be.
 struct Requirement {
   bool device = false;   ///< "device" array (target memory) rather than a host array

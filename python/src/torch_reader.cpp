@@ -5,8 +5,13 @@
 // at::Tensor's layout is not a stable ABI.
 #include "torch_reader.hpp"
 
+#include <ATen/EmptyTensor.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/version.h>
+
+#include <cstring>
+
+#include "conv_lists.hpp"
 
 #ifdef LINMETA_TORCH_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -82,6 +87,39 @@ int read_tensor(PyObject* obj, TorchTensorInfo* out) {
   }
 }
 
+/// A new contiguous CPU tensor (what torch.empty makes, without the Python argument parsing
+/// and the dispatcher).
+at::Tensor empty_host(int64_t n, c10::ScalarType type) {
+  return at::Tensor(at::detail::empty_cpu({n}, type, /*pin_memory=*/false, c10::nullopt));
+}
+
+PyObject* conv_lists(const int32_t* nums, int64_t n) {
+  try {
+    const int64_t tot = linmeta::py::conv_programs(nums, n);
+    at::Tensor nums_copy = empty_host(n, c10::ScalarType::Int);
+    at::Tensor mlist = empty_host(tot, c10::ScalarType::Long);
+    at::Tensor offsetlist = empty_host(tot, c10::ScalarType::Int);
+    if (n > 0) std::memcpy(nums_copy.data_ptr(), nums, static_cast<size_t>(n) * sizeof(int32_t));
+    linmeta::py::write_conv_lists(nums, n, static_cast<int64_t*>(mlist.data_ptr()),
+                                  static_cast<int32_t*>(offsetlist.data_ptr()));
+    PyObject* out = PyTuple_New(3);
+    if (out == nullptr) return nullptr;
+    at::Tensor* parts[3] = {&nums_copy, &mlist, &offsetlist};
+    for (Py_ssize_t i = 0; i < 3; ++i) {
+      PyObject* t = THPVariable_Wrap(std::move(*parts[i]));
+      if (t == nullptr) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+      PyTuple_SET_ITEM(out, i, t);
+    }
+    return out;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
 #ifdef LINMETA_TORCH_CUDA
 int current_stream(int32_t device, uintptr_t* out) {
   try {
@@ -114,6 +152,13 @@ PyMODINIT_FUNC PyInit__torch_reader() {
   if (cap == nullptr || PyModule_AddObject(m, "read", cap) != 0 ||
       PyModule_AddStringConstant(m, "torch_version", LINMETA_TORCH_VERSION) != 0) {
     Py_XDECREF(cap);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  PyObject* lists = PyCapsule_New(reinterpret_cast<void*>(&conv_lists),
+                                  linmeta::py::kTorchConvListsCapsule, nullptr);
+  if (lists == nullptr || PyModule_AddObject(m, "conv_lists", lists) != 0) {
+    Py_XDECREF(lists);
     Py_DECREF(m);
     return nullptr;
   }

@@ -38,4 +38,11 @@ inline constexpr const char* kTorchReaderCapsule = "linmeta._torch_reader.read_v
 using TorchStreamFn = int (*)(int32_t device, uintptr_t* out);
 inline constexpr const char* kTorchStreamCapsule = "linmeta._torch_reader.current_stream_v1";
 
+/// vLLM's causal-conv1d host lists as new CPU torch tensors, as its
+/// compute_causal_conv1d_metadata makes them: (nums int32 [n], a copy of `nums`; mlist int64
+/// and offsetlist int32 [sum of the non-negative counts], conv_lists.hpp). Returns a new
+/// 3-tuple, or null with the Python error set. Needs the GIL (attribute "conv_lists").
+using TorchConvListsFn = PyObject* (*)(const int32_t* nums, int64_t n);
+inline constexpr const char* kTorchConvListsCapsule = "linmeta._torch_reader.conv_lists_v1";
+
 }  // namespace linmeta::py

@@ -238,7 +238,7 @@ struct StateOf {
     if (!dict.is_valid()) throw nb::python_error();
     PyObject* s = PyDict_GetItemWithError(dict.ptr(), VllmBuildState::names().state.ptr());
     if (s == nullptr && PyErr_Occurred()) throw nb::python_error();
-    if (s != nullptr && nb::isinstance<VllmBuildState>(s)) state = nb::borrow(s);
+    if (s != nullptr && is_instance<VllmBuildState>(s)) state = nb::borrow(s);
   }
   [[nodiscard]] const VllmBuildState* get() const {
     return state.is_valid() ? nb::inst_ptr<VllmBuildState>(state) : nullptr;

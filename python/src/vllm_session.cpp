@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "conv_lists.hpp"
 #include "linmeta/outputs.hpp"
 #include "metadata.hpp"
 #include "step_inputs.hpp"
@@ -483,23 +484,35 @@ class VllmSession {
     return view;
   }
 
-  /// Group `group`'s result dict: a copy of the one made last time for this group when its
-  /// metadata is the same (equal counts and views), else made anew.
+  /// Group `group`'s result dict: a copy of one of the last two made for this group when its
+  /// metadata is the same (equal counts and views), else made anew. Two: the builder's host
+  /// arrays (conv1d `nums`) alternate between two plans' memory, so a run of equal mixed
+  /// steps has two metadata that each come back every other step.
   nb::object fields(int32_t group) {
     check_group(group);
     const auto g = static_cast<size_t>(group);
     if (last_.size() != mds_.size()) last_.assign(mds_.size(), LastFields{});
     LastFields& last = last_[g];
+    const Metadata& m = mds_[g];
     nb::object out;
-    if (last.dict.is_valid() && last.m == mds_[g]) {
-      out = nb::steal(PyDict_Copy(last.dict.ptr()));
+    size_t hit = last.results.size();
+    for (const size_t i : {last.newest, 1 - last.newest})  // the newest first
+      if (last.results[i].dict.is_valid() && last.results[i].m == m) {
+        hit = i;
+        break;
+      }
+    if (hit < last.results.size()) {
+      out = nb::steal(PyDict_Copy(last.results[hit].dict.ptr()));
       if (!out.is_valid()) throw nb::python_error();
+      last.newest = hit;
     } else {
       out = make_fields(mds_[g]);
       ++dicts_made_;
-      last.m = mds_[g];
-      last.dict = nb::steal(PyDict_Copy(out.ptr()));  // ours: the caller's dict is theirs
-      if (!last.dict.is_valid()) throw nb::python_error();
+      Result& r = last.results[1 - last.newest];  // replaces the older one
+      r.m = m;
+      r.dict = nb::steal(PyDict_Copy(out.ptr()));  // ours: the caller's dict is theirs
+      if (!r.dict.is_valid()) throw nb::python_error();
+      last.newest = 1 - last.newest;
     }
     if (!masks_.is_none() && masks_key_.is_valid() &&
         PyDict_SetItem(out.ptr(), masks_key_.ptr(), masks_.ptr()) != 0)
@@ -576,9 +589,13 @@ class VllmSession {
   int64_t ring_stride_ = 0;
   std::unordered_map<int64_t, nb::object> ring_views_;
   nb::object masks_ = nb::none();
-  struct LastFields {
+  struct Result {
     Metadata m;       ///< the metadata `dict` was made from
     nb::object dict;  ///< a private copy of that result
+  };
+  struct LastFields {
+    std::array<Result, 2> results;
+    size_t newest = 0;  ///< the one made or used last
   };
   std::vector<LastFields> last_;  ///< per group
   CommonNames names_;
@@ -616,19 +633,28 @@ void fill_conv_lists(nb::handle nums_obj, nb::handle mlist_obj, nb::handle offse
   host_1d(mlist, "mlist", 64);
   host_1d(offsets, "offsetlist", 32);
   const auto* n = static_cast<const int32_t*>(nums.data);
-  int64_t tot = 0;
-  for (int64_t i = 0; i < nums.shape[0]; ++i) tot += std::max(n[i], 0);
+  const int64_t tot = conv_programs(n, nums.shape[0]);
   if (mlist.shape[0] != tot || offsets.shape[0] != tot)
     raise_error("fill_conv_lists: mlist and offsetlist need sum(nums) = " + std::to_string(tot) +
                 " entries");
-  auto* ml = static_cast<int64_t*>(const_cast<void*>(mlist.data));
-  auto* off = static_cast<int32_t*>(const_cast<void*>(offsets.data));
-  int64_t p = 0;
-  for (int64_t i = 0; i < nums.shape[0]; ++i)
-    for (int32_t c = 0; c < n[i]; ++c, ++p) {
-      ml[p] = i;
-      off[p] = c;
-    }
+  write_conv_lists(n, nums.shape[0], static_cast<int64_t*>(const_cast<void*>(mlist.data)),
+                   static_cast<int32_t*>(const_cast<void*>(offsets.data)));
+}
+
+/// vLLM's conv1d host lists (nums int32, mlist int64, offsetlist int32) as new CPU torch
+/// tensors from a host view of the programs per sequence, made in C++ by
+/// linmeta._torch_reader; None when the reader is not in use (the caller makes them with
+/// torch ops and fill_conv_lists).
+nb::object conv_host_lists(nb::handle nums_obj, int64_t tot) {
+  const ImportedArray nums = import_array(nums_obj, "nums", nullptr);
+  if (!nums.present || nums.ndim != 1 || nums.device_type != kDLCPU || nums.dtype != kInt32 ||
+      (nums.shape[0] > 1 && nums.strides[0] != 1))
+    raise_error("conv_host_lists: nums must be a contiguous 1-D host int32 array");
+  const auto* n = static_cast<const int32_t*>(nums.data);
+  if (conv_programs(n, nums.shape[0]) != tot)
+    raise_error("conv_host_lists: tot = " + std::to_string(tot) +
+                " is not sum(nums) = " + std::to_string(conv_programs(n, nums.shape[0])));
+  return torch_conv_lists(n, nums.shape[0]);
 }
 
 }  // namespace
@@ -642,14 +668,14 @@ nb::object get_attr(nb::handle obj, const nb::str& name) {
 nb::object session_call(nb::handle session, nb::handle m, nb::handle table, nb::handle accepted,
                         nb::handle drafts, bool capture, int32_t group, const LaunchArgs& launch,
                         bool int32_counts_only) {
-  if (!nb::isinstance<VllmSession>(session)) raise_error("session_call: not a VllmSession");
+  if (!is_instance<VllmSession>(session)) raise_error("session_call: not a VllmSession");
   return nb::inst_ptr<VllmSession>(session)->call(m, table, accepted, drafts, capture, group,
                                                   launch, int32_counts_only);
 }
 
 nb::object session_serve(nb::handle session, int32_t group, nb::handle table,
                          const LaunchArgs& launch, nb::handle num_actual_tokens) {
-  if (!nb::isinstance<VllmSession>(session)) raise_error("session_serve: not a VllmSession");
+  if (!is_instance<VllmSession>(session)) raise_error("session_serve: not a VllmSession");
   auto* s = nb::inst_ptr<VllmSession>(session);
   try {
     if (to_int32(num_actual_tokens, "num_actual_tokens") != s->num_actual_tokens())
@@ -661,6 +687,10 @@ nb::object session_serve(nb::handle session, int32_t group, nb::handle table,
 }
 
 void bind_vllm_session(nb::module_& m) {
+  m.def("conv_host_lists", &conv_host_lists, "nums"_a, "tot"_a,
+        "vLLM's causal-conv1d host lists (nums int32, mlist int64, offsetlist int32) as new CPU "
+        "torch tensors from a host int32 array of the programs per sequence (tot: their sum), "
+        "made in C++; None when linmeta._torch_reader is not in use.");
   m.def("fill_conv_lists", &fill_conv_lists, "nums"_a, "mlist"_a, "offsetlist"_a,
         "vLLM's causal-conv1d host lists (mlist int64, offsetlist int32) from the programs per "
         "sequence, written into the given host arrays of sum(nums) entries.");

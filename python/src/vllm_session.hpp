@@ -40,6 +40,14 @@ nanobind::object session_call(nanobind::handle session, nanobind::handle m, nano
 nanobind::object session_serve(nanobind::handle session, int32_t group, nanobind::handle table,
                                const LaunchArgs& launch, nanobind::handle num_actual_tokens);
 
+/// isinstance(obj, T) for a bound class T, the exact type first: one pointer comparison per
+/// call on the adapter's per-call paths (nb::isinstance looks the type up by its typeid).
+template <class T>
+bool is_instance(nanobind::handle obj) {
+  static PyTypeObject* const exact = reinterpret_cast<PyTypeObject*>(nanobind::type<T>().ptr());
+  return (exact != nullptr && Py_TYPE(obj.ptr()) == exact) || nanobind::isinstance<T>(obj);
+}
+
 /// obj.name (interned name); raises the Python error.
 nanobind::object get_attr(nanobind::handle obj, const nanobind::str& name);
 

@@ -369,6 +369,56 @@ def test_plain_steps_take_the_cpp_build(monkeypatch):
             assert u.diff(w, p, skip=("num_accepted_tokens",)) == []
 
 
+def test_mixed_steps_reuse_their_result_dicts_and_make_fresh_conv_lists():
+    """A run of equal mixed steps: the builder's host conv1d counts alternate between two
+    plans' memory, so each group's result dict is made twice and copied after that; the conv1d
+    host lists (nums_dict) are new tensors every step, as vLLM makes them, equal to the seed's."""
+    case = next(
+        c for c in CASES
+        if c["builder"] == "gdn" and len(c["step"].get("groups", [])) <= 1
+        and u.run_case(SEEDS, RUNNER, LV, c)[0][0].nums_dict is not None
+    )
+    ours, ref, err, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
+    assert err is None and u.diff(ours[0], ref[0]) == []
+    step = case["step"]
+    acc = None if step["num_accepted_tokens"] is None else u._i32(step["num_accepted_tokens"])
+    drafts = (
+        None
+        if step["num_decode_draft_tokens_cpu"] is None
+        else u._i32(step["num_decode_draft_tokens_cpu"])
+    )
+    session = builders[0]._engine.session
+    made = session.dicts_made
+    results = [builders[0].build(0, ms[0], acc, drafts) for _ in range(6)]
+    assert session.dicts_made - made <= 2  # the first two plans' memory, then copies
+    lists = [r.nums_dict[LV._CONV_BLOCK] for r in results]
+    for r in results:
+        assert u.diff(r, ref[0]) == []
+    for key in ("nums", "mlist", "offsetlist"):
+        ptrs = {x[key].data_ptr() for x in lists}
+        assert len(ptrs) == len(lists), key  # a new tensor every step
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_conv_host_lists_in_cpp_equal_the_torch_ops(seed):
+    """_linmeta.conv_host_lists (linmeta._torch_reader) makes what the torch-op fallback
+    makes: dtypes, values, new memory; it refuses a wrong total."""
+    if not LV._linmeta.torch_reader_status().startswith("on"):
+        pytest.skip(LV._linmeta.torch_reader_status())
+    rng = random.Random(seed)
+    for n in (0, 1, 5, 64):
+        view = torch.tensor([rng.randrange(-2, 9) for _ in range(n)], dtype=torch.int32)
+        tot = int(view.clamp(min=0).sum())
+        got = LV._linmeta.conv_host_lists(view, tot)
+        want = LV._conv_host_lists_torch(view, tot)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.device == w.device and g.is_contiguous()
+            assert torch.equal(g, w)
+        assert got[0].data_ptr() != view.data_ptr() or n == 0
+        with pytest.raises(LV._linmeta.Error, match="sum"):
+            LV._linmeta.conv_host_lists(view, tot + 1)
+
+
 def test_builder_objects_are_freed_by_reference_counting():
     """The C++ build() holds no reference to its builder object (no cycle to collect)."""
     import gc
