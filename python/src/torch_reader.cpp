@@ -1,8 +1,9 @@
 // linmeta._torch_reader: reads torch tensors from their at::Tensor, for linmeta._linmeta's
-// input imports (python/src/arrays.cpp). Built only against a torch found at build time
-// (python/CMakeLists.txt); the module records that torch's version (torch.__version__ of the
-// build), and the main module uses it only when the running torch has the very same version:
-// at::Tensor's layout is not a stable ABI.
+// input imports (python/src/arrays.cpp), reads torch's current CUDA stream, and makes the
+// vLLM adapter's conv1d host lists as new CPU tensors. Built only against a torch found at
+// build time (python/CMakeLists.txt); the module records that torch's version
+// (torch.__version__ of the build), and the main module uses it only when the running torch
+// has the very same version: at::Tensor's layout is not a stable ABI.
 #include "torch_reader.hpp"
 
 #include <ATen/EmptyTensor.h>
@@ -132,44 +133,45 @@ int current_stream(int32_t device, uintptr_t* out) {
 }
 #endif
 
-PyModuleDef module_def = {PyModuleDef_HEAD_INIT,
-                          "linmeta._torch_reader",
-                          "Reads torch tensors for linmeta's input imports (internal).",
-                          -1,
-                          nullptr,
-                          nullptr,
-                          nullptr,
-                          nullptr,
-                          nullptr};
+PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "linmeta._torch_reader",
+    "Reads torch tensors for linmeta's input imports, makes vLLM's conv1d host lists (internal).",
+    -1,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr};
+
+/// Adds `fn` to module `m` as a capsule named `capsule`, attribute `name`; false (the module
+/// released, the Python error set) when that fails.
+bool add_capsule(PyObject* m, const char* name, void* fn, const char* capsule) {
+  PyObject* cap = PyCapsule_New(fn, capsule, nullptr);
+  if (cap != nullptr && PyModule_AddObject(m, name, cap) == 0) return true;
+  Py_XDECREF(cap);
+  Py_DECREF(m);
+  return false;
+}
 
 }  // namespace
 
 PyMODINIT_FUNC PyInit__torch_reader() {
   PyObject* m = PyModule_Create(&module_def);
   if (m == nullptr) return nullptr;
-  PyObject* cap = PyCapsule_New(reinterpret_cast<void*>(&read_tensor),
-                                linmeta::py::kTorchReaderCapsule, nullptr);
-  if (cap == nullptr || PyModule_AddObject(m, "read", cap) != 0 ||
-      PyModule_AddStringConstant(m, "torch_version", LINMETA_TORCH_VERSION) != 0) {
-    Py_XDECREF(cap);
+  if (PyModule_AddStringConstant(m, "torch_version", LINMETA_TORCH_VERSION) != 0) {
     Py_DECREF(m);
     return nullptr;
   }
-  PyObject* lists = PyCapsule_New(reinterpret_cast<void*>(&conv_lists),
-                                  linmeta::py::kTorchConvListsCapsule, nullptr);
-  if (lists == nullptr || PyModule_AddObject(m, "conv_lists", lists) != 0) {
-    Py_XDECREF(lists);
-    Py_DECREF(m);
+  if (!add_capsule(m, "read", reinterpret_cast<void*>(&read_tensor),
+                   linmeta::py::kTorchReaderCapsule) ||
+      !add_capsule(m, "conv_lists", reinterpret_cast<void*>(&conv_lists),
+                   linmeta::py::kTorchConvListsCapsule))
     return nullptr;
-  }
 #ifdef LINMETA_TORCH_CUDA
-  PyObject* stream = PyCapsule_New(reinterpret_cast<void*>(&current_stream),
-                                   linmeta::py::kTorchStreamCapsule, nullptr);
-  if (stream == nullptr || PyModule_AddObject(m, "current_stream", stream) != 0) {
-    Py_XDECREF(stream);
-    Py_DECREF(m);
+  if (!add_capsule(m, "current_stream", reinterpret_cast<void*>(&current_stream),
+                   linmeta::py::kTorchStreamCapsule))
     return nullptr;
-  }
 #endif
   return m;
 }

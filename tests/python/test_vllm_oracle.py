@@ -342,13 +342,7 @@ def test_plain_steps_take_the_cpp_build(monkeypatch):
     for b in builders:
         monkeypatch.setattr(LV.GDNAttentionMetadataBuilder, "_build_python", counted)
         b._install_fast_build()
-    step = case["step"]
-    acc = None if step["num_accepted_tokens"] is None else u._i32(step["num_accepted_tokens"])
-    drafts = (
-        None
-        if step["num_decode_draft_tokens_cpu"] is None
-        else u._i32(step["num_decode_draft_tokens_cpu"])
-    )
+    acc, drafts = u.step_counts(case["step"])
     session = builders[0]._engine.session
     plain = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
     made = session.dicts_made
@@ -380,13 +374,7 @@ def test_mixed_steps_reuse_their_result_dicts_and_make_fresh_conv_lists():
     )
     ours, ref, err, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
     assert err is None and u.diff(ours[0], ref[0]) == []
-    step = case["step"]
-    acc = None if step["num_accepted_tokens"] is None else u._i32(step["num_accepted_tokens"])
-    drafts = (
-        None
-        if step["num_decode_draft_tokens_cpu"] is None
-        else u._i32(step["num_decode_draft_tokens_cpu"])
-    )
+    acc, drafts = u.step_counts(case["step"])
     session = builders[0]._engine.session
     made = session.dicts_made
     results = [builders[0].build(0, ms[0], acc, drafts) for _ in range(6)]

@@ -170,6 +170,20 @@ def common_metadata(runner, step, table, device="cpu"):
     )
 
 
+def step_counts(step, device="cpu"):
+    """The step's (num_accepted_tokens on `device`, num_decode_draft_tokens_cpu), int32
+    tensors or None, as vLLM's runner passes them to build()."""
+    accepted = (
+        None if step["num_accepted_tokens"] is None else _i32(step["num_accepted_tokens"], device)
+    )
+    drafts = (
+        None
+        if step["num_decode_draft_tokens_cpu"] is None
+        else _i32(step["num_decode_draft_tokens_cpu"])
+    )
+    return accepted, drafts
+
+
 def run_case(seeds, runner, lv, case, device="cpu", max_num_batched_tokens=None):
     """Runs a case through the seed builders and through linmeta.vllm, each called the way
     vLLM's runner calls them (one builder per KV-cache group, the same step tensors).
@@ -181,14 +195,7 @@ def run_case(seeds, runner, lv, case, device="cpu", max_num_batched_tokens=None)
     dev = torch.device(device)
     base = common_metadata(runner, step, tables[0], device)
     ms = [base] + [base.replace(block_table_tensor=_i32(t, device)) for t in tables[1:]]
-    accepted = (
-        None if step["num_accepted_tokens"] is None else _i32(step["num_accepted_tokens"], device)
-    )
-    drafts = (
-        None
-        if step["num_decode_draft_tokens_cpu"] is None
-        else _i32(step["num_decode_draft_tokens_cpu"])
-    )
+    accepted, drafts = step_counts(step, device)
     ref_cls = {
         "gdn": seeds.gdn.GDNAttentionMetadataBuilder,
         "kda": seeds.kda.KimiK3KDAMetadataBuilder,
@@ -220,14 +227,7 @@ def independent_reference(seeds, runner, case, group, device="cpu"):
     tables = step.get("groups") or [step["block_table"]]
     (spec, names, vc) = vllm_objects(runner, config, group + 1)[group]
     m = common_metadata(runner, step, tables[group], device)
-    accepted = (
-        None if step["num_accepted_tokens"] is None else _i32(step["num_accepted_tokens"], device)
-    )
-    drafts = (
-        None
-        if step["num_decode_draft_tokens_cpu"] is None
-        else _i32(step["num_decode_draft_tokens_cpu"])
-    )
+    accepted, drafts = step_counts(step, device)
     cls = {
         "gdn": seeds.gdn.GDNAttentionMetadataBuilder,
         "kda": seeds.kda.KimiK3KDAMetadataBuilder,
