@@ -74,6 +74,11 @@ _PREFETCH_TABLES = os.environ.get("LINMETA_VLLM_PREFETCH_TABLES", "1") != "0"
 # _update_block_table_python) for every call.
 _FAST_BUILD = os.environ.get("LINMETA_VLLM_FAST_BUILD", "1") != "0"
 
+# vLLM's nums_dict (mixed steps' conv1d metadata) made by the C++ session when
+# linmeta._torch_reader is in use; False (tests) leaves it to _assemble (the "_conv" composite,
+# the path without the reader). Read when an engine makes its native builder.
+_NUMS_DICT_IN_CPP = True
+
 _this_module = sys.modules[__name__]  # VllmBuildState reads _PREFETCH_TABLES from it
 
 
@@ -509,7 +514,10 @@ class _Engine:
             self.native = cls(**cfg, target=target, num_groups=groups, array_type="torch")
         session = _linmeta.VllmSession(self.native)
         fields = [f.name for f in dataclasses.fields(self.cls)]
-        session.configure(fields, _defaults(self.cls), self.mask_ring, self.grow)
+        # The session makes vLLM's nums_dict itself when linmeta._torch_reader is in use;
+        # otherwise results carry "_conv" and _assemble makes it (_conv below).
+        conv_block = _CONV_BLOCK if _NUMS_DICT_IN_CPP else None
+        session.configure(fields, _defaults(self.cls), self.mask_ring, self.grow, conv_block)
         self.session = session
 
     # -- steps

@@ -395,6 +395,11 @@ bool torch_current_stream(int32_t device, uintptr_t& out) {
   return t != nullptr && t->stream != nullptr && t->stream(device, &out) == 1;
 }
 
+bool torch_conv_lists_available() {
+  const TorchObjects* t = torch_objects();
+  return t != nullptr && t->reader != nullptr && t->conv_lists != nullptr;
+}
+
 nb::object torch_conv_lists(const int32_t* nums, int64_t n) {
   const TorchObjects* t = torch_objects();
   if (t == nullptr || t->reader == nullptr || t->conv_lists == nullptr) return nb::none();

@@ -73,6 +73,8 @@ bool torch_current_stream(int32_t device, uintptr_t& out);
 /// new CPU torch tensors (nums, mlist, offsetlist), made by linmeta._torch_reader; None when
 /// the reader is not in use.
 nb::object torch_conv_lists(const int32_t* nums, int64_t n);
+/// Whether torch_conv_lists makes the lists (the reader and its conv_lists are in use).
+bool torch_conv_lists_available();
 
 /// What one input must be.
 struct Requirement {

@@ -224,7 +224,8 @@ class CallbackLaunchArgs final : public LaunchArgs {
 /// fields: the scalars (kScalarFields) and the top-level rows of the output table
 /// (linmeta/outputs.hpp) that the dataclass has, plus the composites under private keys that
 /// the adapter turns into vLLM's objects:
-///   "_conv"        (tot, nums host view, batch_ptr, token_chunk_offset_ptr)
+///   "_conv"        (tot, nums host view, batch_ptr, token_chunk_offset_ptr), unless the
+///                  session makes vLLM's nums_dict itself (configure's conv_block)
 ///   "_commit"      (state_indices, query_start_loc, request_indices, align or None)
 ///   "_checkpoint"  (checkpoint_offsets, state_indices)
 ///   "_flashinfer_checkpoint_plan"  (every_n_tokens, num_checkpoints, cu_starts, rows)
@@ -241,8 +242,12 @@ class VllmSession {
   /// max_num_seqs] that receives the host spec mask of each step (a new row per step,
   /// cycling), returned as spec_sequence_masks_cpu when the step has spec decodes; grow: a
   /// step with more tokens than the builder's capacity is left to the caller (call returns
-  /// None).
-  void configure(nb::handle fields, nb::dict defaults, nb::object mask_ring, bool grow) {
+  /// None); conv_block: None, or the BLOCK_M key of vLLM's nums_dict: then a step with conv1d
+  /// metadata gets vLLM's nums_dict, batch_ptr and token_chunk_offset_ptr in its fields (the
+  /// host lists new CPU tensors once per plan, made by linmeta._torch_reader) instead of
+  /// "_conv", when the dataclass has those fields and the reader is in use.
+  void configure(nb::handle fields, nb::dict defaults, nb::object mask_ring, bool grow,
+                 nb::object conv_block) {
     nb::set wanted;
     for (nb::handle f : fields) wanted.add(f);
     auto key = [&](const char* name) -> nb::object {
@@ -259,6 +264,16 @@ class VllmSession {
       if (spec.is_output() && !composite) k = key(spec.name);
     }
     masks_key_ = key("spec_sequence_masks_cpu");
+    conv_ = ConvKeys{};
+    if (!conv_block.is_none() && torch_conv_lists_available()) {
+      conv_.nums_dict = key("nums_dict");
+      conv_.batch_ptr = key("batch_ptr");
+      conv_.offsets = key("token_chunk_offset_ptr");
+      if (conv_.nums_dict.is_valid() && conv_.batch_ptr.is_valid() && conv_.offsets.is_valid())
+        conv_.block = std::move(conv_block);
+    }
+    conv_lists_ = nb::none();
+    conv_lists_plan_ = -1;
     defaults_ = std::move(defaults);
     last_.clear();
     ring_ = std::move(mask_ring);
@@ -517,8 +532,50 @@ class VllmSession {
     if (!masks_.is_none() && masks_key_.is_valid() &&
         PyDict_SetItem(out.ptr(), masks_key_.ptr(), masks_.ptr()) != 0)
       throw nb::python_error();
+    if (m.conv1d && conv_.block.is_valid()) put_nums_dict(out, *m.conv1d);
     return out;
   }
+
+  /// vLLM's compute_causal_conv1d_metadata dict {BLOCK_M: {...}} into `out` (whose
+  /// batch_ptr / token_chunk_offset_ptr make_fields put there): a new dict per call, over the
+  /// plan's host lists, made on the plan's first call that needs them (one set for all groups).
+  void put_nums_dict(const nb::object& out, const Conv1dMetadata& cv) {
+    if (conv_lists_plan_ != plans_ || conv_lists_.is_none()) {
+      conv_lists_ = torch_conv_lists(static_cast<const int32_t*>(cv.nums.data), cv.nums.rows);
+      if (conv_lists_.is_none()) raise_error("VllmSession: linmeta._torch_reader is not in use");
+      conv_lists_plan_ = plans_;
+    }
+    PyObject* batch_ptr = PyDict_GetItemWithError(out.ptr(), conv_.batch_ptr.ptr());
+    PyObject* offsets = PyDict_GetItemWithError(out.ptr(), conv_.offsets.ptr());
+    if (batch_ptr == nullptr || offsets == nullptr) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "batch_ptr");
+      throw nb::python_error();
+    }
+    static const NumsDictKeys* keys = new NumsDictKeys;  // never destroyed, as names()
+    const nb::object tot = nb::int_(cv.tot);
+    const nb::object inner = nb::steal(PyDict_New());
+    const nb::object outer = nb::steal(PyDict_New());
+    if (!inner.is_valid() || !outer.is_valid()) throw nb::python_error();
+    const std::pair<const nb::str&, PyObject*> items[] = {
+        {keys->nums, PyTuple_GET_ITEM(conv_lists_.ptr(), 0)},
+        {keys->tot, tot.ptr()},
+        {keys->mlist, PyTuple_GET_ITEM(conv_lists_.ptr(), 1)},
+        {keys->mlist_len, tot.ptr()},
+        {keys->offsetlist, PyTuple_GET_ITEM(conv_lists_.ptr(), 2)},
+        {keys->batch_ptr, batch_ptr},
+        {keys->token_chunk_offset_ptr, offsets}};
+    for (const auto& [k, v] : items)
+      if (PyDict_SetItem(inner.ptr(), k.ptr(), v) != 0) throw nb::python_error();
+    if (PyDict_SetItem(outer.ptr(), conv_.block.ptr(), inner.ptr()) != 0 ||
+        PyDict_SetItem(out.ptr(), conv_.nums_dict.ptr(), outer.ptr()) != 0)
+      throw nb::python_error();
+  }
+  /// The keys of vLLM's inner nums_dict, interned once.
+  struct NumsDictKeys {
+    nb::str nums{"nums"}, tot{"tot"}, mlist{"mlist"}, mlist_len{"mlist_len"},
+        offsetlist{"offsetlist"}, batch_ptr{"batch_ptr"},
+        token_chunk_offset_ptr{"token_chunk_offset_ptr"};
+  };
 
   nb::object make_fields(Metadata& m) {
     const bool dev = m.target == Target::Cuda;
@@ -545,9 +602,15 @@ class VllmSession {
       if (programs > cv.batch_ptr.rows)
         raise_error("conv1d program capacity " + std::to_string(cv.batch_ptr.rows) +
                     " is below vLLM's 2 * max(1024, tot) = " + std::to_string(programs));
-      put_private("_conv", nb::make_tuple(cv.tot, cache_.get(cv.nums, false),
-                                          cache_.get(cv.batch_ptr, dev, programs),
-                                          cache_.get(cv.token_chunk_offset_ptr, dev, programs)));
+      nb::object batch_ptr = cache_.get(cv.batch_ptr, dev, programs);
+      nb::object offsets = cache_.get(cv.token_chunk_offset_ptr, dev, programs);
+      if (conv_.block.is_valid()) {  // nums_dict: per call (fields())
+        put(conv_.batch_ptr, batch_ptr);
+        put(conv_.offsets, offsets);
+      } else {
+        put_private("_conv",
+                    nb::make_tuple(cv.tot, cache_.get(cv.nums, false), batch_ptr, offsets));
+      }
     }
     if (m.recoverssm_commit) {
       const RecoverSsmCommit& rc = *m.recoverssm_commit;
@@ -580,6 +643,13 @@ class VllmSession {
   std::array<nb::object, kScalarFields.size()> scalar_keys_{};  ///< invalid: not returned
   std::array<nb::object, kNumOutputs> output_keys_{};           ///< invalid: not returned
   nb::object masks_key_;
+  struct ConvKeys {
+    nb::object block;  ///< nums_dict's key (BLOCK_M); invalid: "_conv" for the adapter
+    nb::object nums_dict, batch_ptr, offsets;
+  };
+  ConvKeys conv_;
+  nb::object conv_lists_ = nb::none();  ///< (nums, mlist, offsetlist) of plan conv_lists_plan_
+  int64_t conv_lists_plan_ = -1;
   nb::object defaults_;
   nb::object ring_ = nb::none();
   bool* ring_data_ = nullptr;
@@ -709,7 +779,7 @@ void bind_vllm_session(nb::module_& m) {
           "common_attn_metadata"_a, "table"_a, "accepted"_a.none(), "drafts"_a.none(), "capture"_a,
           "group"_a, "stream"_a.none(), "prefetch_tables"_a)
       .def("configure", &VllmSession::configure, "fields"_a, "defaults"_a, "mask_ring"_a.none(),
-           "grow"_a)
+           "grow"_a, "conv_block"_a.none() = nb::none())
       .def(
           "serve",
           [](nb::handle self, int32_t group, nb::handle table, nb::handle stream_fn,

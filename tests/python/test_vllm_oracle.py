@@ -58,10 +58,12 @@ def test_random_steps():
 
 
 def test_random_steps_on_the_python_paths(monkeypatch):
-    """The paths the defaults skip: build() in Python (LINMETA_VLLM_FAST_BUILD=0) and no table
-    prefetch (LINMETA_VLLM_PREFETCH_TABLES=0)."""
+    """The paths the defaults skip: build() in Python (LINMETA_VLLM_FAST_BUILD=0), no table
+    prefetch (LINMETA_VLLM_PREFETCH_TABLES=0) and nums_dict made by _assemble (the path
+    without linmeta._torch_reader)."""
     monkeypatch.setattr(LV, "_FAST_BUILD", False)
     monkeypatch.setattr(LV, "_PREFETCH_TABLES", False)
+    monkeypatch.setattr(LV, "_NUMS_DICT_IN_CPP", False)
     _random_steps(max(RANDOM_STEPS // 5, 50), RUN_SEED + 1)
 
 
@@ -382,6 +384,12 @@ def test_mixed_steps_reuse_their_result_dicts_and_make_fresh_conv_lists():
     lists = [r.nums_dict[LV._CONV_BLOCK] for r in results]
     for r in results:
         assert u.diff(r, ref[0]) == []
+    assert len({id(r.nums_dict) for r in results}) == len(results)  # a new dict every call
+    if LV._linmeta.torch_reader_status().startswith("on"):
+        # The session made nums_dict itself: a plain result, no "_conv" for _assemble.
+        eng = builders[0]._engine
+        d = eng.run(builders[0]._slot, ms[0], ms[0].block_table_tensor, acc, drafts, False)
+        assert "_conv" not in d and d["nums_dict"] is not None
     for key in ("nums", "mlist", "offsetlist"):
         ptrs = {x[key].data_ptr() for x in lists}
         assert len(ptrs) == len(lists), key  # a new tensor every step
