@@ -664,7 +664,13 @@ class GDNAttentionMetadataBuilder(_Base):
             self._cuda_index(),
             self._fast_update_rule(),
             _STATE_INDEX_FIELDS,
+            self._fast_commit(),
         )
+
+    def _fast_commit(self):
+        """VllmBuildState's recipe for KDA's RecoverSSM commit objects (KimiK3KDA...); GDN
+        has none."""
+        return None
 
     def _cuda_index(self) -> int:
         """The CUDA device index whose current stream builds run on (VllmBuildState reads it
@@ -974,6 +980,23 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
             num_prefill_checkpoint_blocks=self._checkpoint_blocks(),
         )
         return cfg
+
+    def _fast_commit(self):
+        """VllmBuildState's recipe for the RecoverSSM commit objects (_assemble's, made in C++):
+        (commit class, its defaults, align class, its defaults) when both are plain dataclasses
+        whose other fields all have defaults; else None (_assemble makes them)."""
+        recipe = []
+        for key, given in (
+            ("commit", {"state_indices", "query_start_loc", "request_indices", "align"}),
+            ("align", {"block_table", "num_computed_tokens", "block_size"}),
+        ):
+            cls = self._classes[key]
+            defaults = _defaults(cls)
+            names = {f.name for f in dataclasses.fields(cls)}
+            if not _is_plain_dataclass(cls) or not names <= given | set(defaults):
+                return None
+            recipe += [cls, defaults]
+        return tuple(recipe)
 
     def _get_recoverssm_context(self):
         """As the reference builder: the RecoverSSM commit context over this group's layers

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <initializer_list>
 #include <utility>
 
 #include "arrays.hpp"
@@ -50,11 +51,14 @@ class VllmBuildState final : public LaunchArgs {
   /// plain_len: the field count of a plain result (-1: always assemble); device: the CUDA
   /// device whose current torch stream the build runs on, read through linmeta._torch_reader
   /// when it can (else, and for -1, engine.current_stream() is called); update_rule: an
-  /// UpdateRule; state_keys: the fields update_block_table takes from the re-gather.
+  /// UpdateRule; state_keys: the fields update_block_table takes from the re-gather;
+  /// commit: None, or (commit class, its defaults, align class, its defaults) of plain
+  /// dataclasses: then a result whose only composite is "_commit" (KDA's RecoverSSM) gets
+  /// vLLM's commit objects here instead of through `assemble`.
   VllmBuildState(nb::handle engine, int32_t slot, nb::handle module, nb::handle slow,
                  nb::handle assemble, nb::handle cls, nb::handle make, int64_t plain_len,
                  int32_t aligned_rule, nb::handle int32, int32_t device, int32_t update_rule,
-                 nb::tuple state_keys)
+                 nb::tuple state_keys, nb::handle commit)
       : device_(device),
         engine_(nb::borrow(engine)),
         slot_(slot),
@@ -71,11 +75,14 @@ class VllmBuildState final : public LaunchArgs {
                                                   : nb::none()),
         engine_dict_(instance_dict(engine, names().session)),
         update_rule_(static_cast<UpdateRule>(update_rule)),
-        state_keys_(std::move(state_keys)) {
+        state_keys_(std::move(state_keys)),
+        commit_(nb::borrow(commit)) {
     if (aligned_rule < 0 || aligned_rule > 2)
       raise_error("VllmBuildState: aligned_rule must be 0, 1 or 2");
     if (update_rule < 0 || update_rule > 2)
       raise_error("VllmBuildState: update_rule must be 0, 1 or 2");
+    if (!commit_.is_none() && (!nb::isinstance<nb::tuple>(commit_) || nb::len(commit_) != 4))
+      raise_error("VllmBuildState: commit must be None or a 4-tuple");
   }
 
   nb::object build(nb::handle self, nb::handle dict, nb::handle common_prefix_len, nb::handle m,
@@ -89,7 +96,9 @@ class VllmBuildState final : public LaunchArgs {
     nb::object d =
         session_call(session, m, table, accepted, drafts, false, slot_, *this, /*int32=*/true);
     if (d.is_none()) return slow();
-    if (PyDict_Size(d.ptr()) == plain_len_) return make(d);
+    const Py_ssize_t size = PyDict_Size(d.ptr());
+    if (size == plain_len_) return make(d);
+    if (size == plain_len_ + 1 && !commit_.is_none() && put_commit(self, d, m)) return make(d);
     return assemble_(self, d, m, drafts, int32_);
   }
 
@@ -154,7 +163,13 @@ class VllmBuildState final : public LaunchArgs {
     nb::str session{"session"}, block_table_tensor{"block_table_tensor"},
         prefetch{"_PREFETCH_TABLES"}, aligned{"mamba_aligned_state_indices"}, state{"_fast_build"},
         build_python{"_build_python"}, update_python{"_update_block_table_python"},
-        checkpoint{"checkpoint"}, num_actual_tokens{"num_actual_tokens"};
+        checkpoint{"checkpoint"}, num_actual_tokens{"num_actual_tokens"}, commit{"_commit"},
+        recoverssm_commit{"recoverssm_commit"}, recoverssm_context{"recoverssm_context"},
+        context_getter{"_get_recoverssm_context"}, state_indices{"state_indices"},
+        query_start_loc{"query_start_loc"}, request_indices{"request_indices"}, align{"align"},
+        spec_state_indices{"spec_state_indices_tensor"},
+        spec_query_start_loc{"spec_query_start_loc"}, block_table{"block_table"},
+        num_computed_tokens{"num_computed_tokens"}, block_size{"block_size"};
   };
   static const Names& names() {
     static const Names* n = new Names;  // never destroyed (outlives the interpreter)
@@ -167,6 +182,66 @@ class VllmBuildState final : public LaunchArgs {
     if (aligned_rule_ == AlignedRule::Ignore) return false;
     const bool set = dict_value_set(dict, names().aligned);
     return aligned_rule_ == AlignedRule::SlowIfSet ? set : !set;
+  }
+
+  /// KDA's RecoverSSM composite "_commit" of `d` as vLLM's objects (as the adapter's
+  /// KimiK3KDAMetadataBuilder._assemble makes them): recoverssm_commit over the spec fields,
+  /// its align part from `m`'s block table, and the builder's recoverssm_context. False, with
+  /// `d` unchanged, when `d` has no "_commit" (another composite: `assemble` takes it).
+  bool put_commit(nb::handle self, nb::handle d, nb::handle m) const {
+    const Names& n = names();
+    PyObject* c = PyDict_GetItemWithError(d.ptr(), n.commit.ptr());
+    if (c == nullptr) {
+      if (PyErr_Occurred()) throw nb::python_error();
+      return false;
+    }
+    const nb::tuple commit =
+        nb::borrow<nb::tuple>(c);  // (state_indices, qsl, request_indices, align)
+    nb::object align = nb::none();
+    if (!commit[3].is_none()) {
+      const nb::tuple a = nb::borrow<nb::tuple>(commit[3]);  // (num_computed_tokens, block_size)
+      align = with_fields(commit_[2], commit_[3],
+                          {{n.block_table, get_attr(m, n.block_table_tensor)},
+                           {n.num_computed_tokens, a[0]},
+                           {n.block_size, a[1]}});
+    }
+    nb::object md = with_fields(commit_[0], commit_[1],
+                                {{n.state_indices, dict_item(d, n.spec_state_indices)},
+                                 {n.query_start_loc, dict_item(d, n.spec_query_start_loc)},
+                                 {n.request_indices, commit[2]},
+                                 {n.align, align}});
+    const nb::object context = self.attr(n.context_getter)();
+    if (PyDict_SetItem(d.ptr(), n.recoverssm_commit.ptr(), md.ptr()) != 0 ||
+        PyDict_SetItem(d.ptr(), n.recoverssm_context.ptr(), context.ptr()) != 0 ||
+        PyDict_DelItem(d.ptr(), n.commit.ptr()) != 0)
+      throw nb::python_error();
+    return true;
+  }
+
+  /// A plain dataclass `cls` whose __dict__ is `defaults` with `fields` set (no __init__).
+  static nb::object with_fields(
+      nb::handle cls, nb::handle defaults,
+      std::initializer_list<std::pair<const nb::str&, nb::object>> fields) {
+    nb::object d = nb::steal(PyDict_Copy(defaults.ptr()));
+    if (!d.is_valid()) throw nb::python_error();
+    for (const auto& [k, v] : fields)
+      if (PyDict_SetItem(d.ptr(), k.ptr(), v.ptr()) != 0) throw nb::python_error();
+    auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+    nb::tuple empty;
+    nb::object obj = nb::steal(PyBaseObject_Type.tp_new(type, empty.ptr(), nullptr));
+    if (!obj.is_valid() || PyObject_GenericSetDict(obj.ptr(), d.ptr(), nullptr) != 0)
+      throw nb::python_error();
+    return obj;
+  }
+
+  /// d[key] (KeyError when absent).
+  static nb::object dict_item(nb::handle d, const nb::str& key) {
+    PyObject* v = PyDict_GetItemWithError(d.ptr(), key.ptr());
+    if (v == nullptr) {
+      if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key.ptr());
+      throw nb::python_error();
+    }
+    return nb::borrow(v);
   }
 
   /// Whether dict[key] is there and not None.
@@ -226,6 +301,7 @@ class VllmBuildState final : public LaunchArgs {
   nb::object engine_dict_;  ///< the engine's __dict__ (its `session`), or None
   UpdateRule update_rule_;
   nb::tuple state_keys_;
+  nb::object commit_;  ///< None or (commit class, defaults, align class, defaults)
   nb::tuple empty_;
 };
 
@@ -271,9 +347,10 @@ void bind_vllm_build_call(nb::module_& m) {
                              "A builder object's fixed parts of linmeta.vllm's fast build() "
                              "(internal; its `_fast_build` attribute).")
       .def(nb::init<nb::handle, int32_t, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle,
-                    int64_t, int32_t, nb::handle, int32_t, int32_t, nb::tuple>(),
+                    int64_t, int32_t, nb::handle, int32_t, int32_t, nb::tuple, nb::handle>(),
            "engine"_a, "slot"_a, "module"_a, "slow"_a, "assemble"_a, "cls"_a.none(), "make"_a,
-           "plain_len"_a, "aligned_rule"_a, "int32"_a, "device"_a, "update_rule"_a, "state_keys"_a);
+           "plain_len"_a, "aligned_rule"_a, "int32"_a, "device"_a, "update_rule"_a, "state_keys"_a,
+           "commit"_a.none() = nb::none());
   m.attr("vllm_build") = nb::cpp_function(
       &vllm_build, nb::is_method(), nb::name("build"), nb::scope(m), "common_prefix_len"_a,
       "common_attn_metadata"_a, "num_accepted_tokens"_a.none() = nb::none(),

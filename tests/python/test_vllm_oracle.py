@@ -395,6 +395,40 @@ def test_mixed_steps_reuse_their_result_dicts_and_make_fresh_conv_lists():
         assert len(ptrs) == len(lists), key  # a new tensor every step
 
 
+def test_recoverssm_commits_take_the_cpp_build(monkeypatch):
+    """KDA's RecoverSSM commit objects (and their align part) are made by the C++ build()
+    (VllmBuildState's commit recipe), not by _assemble, and equal the seed's."""
+    def commit_only(c):  # a RecoverSSM commit and no other composite (checkpoints, conv1d)
+        if c["builder"] != "kda" or not c["config"].get("use_recoverssm") or c["mode"] == "capture":
+            return False
+        md = u.run_case(SEEDS, RUNNER, LV, c)[0][0]
+        return md.recoverssm_commit is not None and md.checkpoint is None and md.nums_dict is None
+
+    case = next(c for c in CASES if commit_only(c))
+    ours, ref, err, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
+    assert err is None
+    assert builders[0]._fast_commit() is not None  # the stand-in's classes are plain
+    assembled = []
+    real = LV.KimiK3KDAMetadataBuilder._assemble
+
+    def counted(self, *args, **kwargs):
+        assembled.append(args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(LV.KimiK3KDAMetadataBuilder, "_assemble", counted)
+    for b in builders:
+        b._install_fast_build()
+    acc, drafts = u.step_counts(case["step"])
+    got = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
+    assert assembled == []
+    for g, (o, r) in enumerate(zip(got, ref)):
+        assert u.diff(o, r, skip=(CACHE_ONLY_FIELD,)) == [], g
+        commit = o.recoverssm_commit
+        assert commit.state_indices is o.spec_state_indices_tensor
+        if commit.align is not None:
+            assert commit.align.block_table is ms[g].block_table_tensor
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_conv_host_lists_in_cpp_equal_the_torch_ops(seed):
     """_linmeta.conv_host_lists (linmeta._torch_reader) makes what the torch-op fallback
