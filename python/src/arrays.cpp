@@ -401,9 +401,8 @@ bool torch_conv_lists_available() {
 }
 
 nb::object torch_conv_lists(const int32_t* nums, int64_t n) {
-  const TorchObjects* t = torch_objects();
-  if (t == nullptr || t->reader == nullptr || t->conv_lists == nullptr) return nb::none();
-  PyObject* r = t->conv_lists(nums, n);
+  if (!torch_conv_lists_available()) return nb::none();
+  PyObject* r = torch_objects()->conv_lists(nums, n);
   if (r == nullptr) throw nb::python_error();
   return nb::steal(r);
 }

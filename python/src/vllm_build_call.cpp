@@ -130,14 +130,9 @@ class VllmBuildState final : public LaunchArgs {
       raise_error("update_block_table takes metadata of the step this engine built last");
     nb::object out = nb::steal(PyDict_Copy(md.ptr()));
     if (!out.is_valid()) throw nb::python_error();
-    for (nb::handle key : state_keys_) {
-      PyObject* v = PyDict_GetItemWithError(d.ptr(), key.ptr());
-      if (v == nullptr) {
-        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key.ptr());
+    for (nb::handle key : state_keys_)
+      if (PyDict_SetItem(out.ptr(), key.ptr(), dict_item(d, key).ptr()) != 0)
         throw nb::python_error();
-      }
-      if (PyDict_SetItem(out.ptr(), key.ptr(), v) != 0) throw nb::python_error();
-    }
     return make(out);
   }
 
@@ -226,16 +221,22 @@ class VllmBuildState final : public LaunchArgs {
     if (!d.is_valid()) throw nb::python_error();
     for (const auto& [k, v] : fields)
       if (PyDict_SetItem(d.ptr(), k.ptr(), v.ptr()) != 0) throw nb::python_error();
+    return with_dict(cls, d);
+  }
+
+  /// An instance of plain dataclass `cls` whose __dict__ is `d` (no __init__ call), as
+  /// vllm.py's _with_dict makes one.
+  static nb::object with_dict(nb::handle cls, nb::handle d) {
+    static const nb::tuple* empty = new nb::tuple;  // never destroyed, as names()
     auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
-    nb::tuple empty;
-    nb::object obj = nb::steal(PyBaseObject_Type.tp_new(type, empty.ptr(), nullptr));
+    nb::object obj = nb::steal(PyBaseObject_Type.tp_new(type, empty->ptr(), nullptr));
     if (!obj.is_valid() || PyObject_GenericSetDict(obj.ptr(), d.ptr(), nullptr) != 0)
       throw nb::python_error();
     return obj;
   }
 
   /// d[key] (KeyError when absent).
-  static nb::object dict_item(nb::handle d, const nb::str& key) {
+  static nb::object dict_item(nb::handle d, nb::handle key) {
     PyObject* v = PyDict_GetItemWithError(d.ptr(), key.ptr());
     if (v == nullptr) {
       if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key.ptr());
@@ -280,14 +281,7 @@ class VllmBuildState final : public LaunchArgs {
 
   /// The dataclass over `d` as its __dict__ (no __init__ call), as vllm.py's
   /// _with_dict does for plain dataclasses.
-  nb::object make(nb::handle d) const {
-    if (cls_.is_none()) return make_(d);
-    auto* type = reinterpret_cast<PyTypeObject*>(cls_.ptr());
-    nb::object obj = nb::steal(PyBaseObject_Type.tp_new(type, empty_.ptr(), nullptr));
-    if (!obj.is_valid() || PyObject_GenericSetDict(obj.ptr(), d.ptr(), nullptr) != 0)
-      throw nb::python_error();
-    return obj;
-  }
+  nb::object make(nb::handle d) const { return cls_.is_none() ? make_(d) : with_dict(cls_, d); }
 
   int32_t device_;
   nb::object engine_;
@@ -302,7 +296,6 @@ class VllmBuildState final : public LaunchArgs {
   UpdateRule update_rule_;
   nb::tuple state_keys_;
   nb::object commit_;  ///< None or (commit class, defaults, align class, defaults)
-  nb::tuple empty_;
 };
 
 /// The builder object's __dict__ and its VllmBuildState (null when it has none).
