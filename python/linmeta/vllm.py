@@ -428,6 +428,15 @@ def _conv_host_lists_torch(nums_view, tot):
     return nums, mlist, offsetlist
 
 
+def _with_index(device: torch.device) -> torch.device:
+    """`device`, a CUDA device without an index made torch's current one (what it means now):
+    the engine's native builder allocates there, and its builds read that device's current
+    stream (in C++, by index: VllmBuildState)."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def _stream_reader(device: torch.device):
     """A function of no arguments that returns the raw handle of torch's current stream on
     `device` (0 off CUDA). The device index is resolved here when `device` names one (vLLM's
@@ -629,7 +638,7 @@ class GDNAttentionMetadataBuilder(_Base):
             )
         self._mamba_cache_mode = vllm_config.cache_config.mamba_cache_mode
         self._config = self._linmeta_config()
-        self._device = torch.device(device)
+        self._device = _with_index(torch.device(device))
         classes = metadata_classes()
         self._classes = classes
         self._make = _fast_constructor(classes[self._kind])
@@ -674,9 +683,9 @@ class GDNAttentionMetadataBuilder(_Base):
 
     def _cuda_index(self) -> int:
         """The CUDA device index whose current stream builds run on (VllmBuildState reads it
-        in C++); -1 off CUDA or without an index (then engine.current_stream() is called)."""
+        in C++); -1 off CUDA (then engine.current_stream() is called)."""
         dev = self._device
-        return dev.index if dev.type == "cuda" and dev.index is not None else -1
+        return dev.index if dev.type == "cuda" else -1
 
     # -- configuration
 

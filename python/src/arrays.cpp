@@ -219,10 +219,12 @@ TorchReadFn load_torch_reader(nb::handle torch, std::string& status, TorchStream
   return reinterpret_cast<TorchReadFn>(fn);
 }
 
-const TorchObjects* torch_objects() {
-  // Never destroyed: the objects must not be released after the interpreter is gone.
-  static TorchObjects* cached = nullptr;
-  if (cached != nullptr) return cached;
+/// torch's objects once torch_objects() found them (never destroyed: the objects must not be
+/// released after the interpreter is gone).
+TorchObjects* torch_objects_found = nullptr;
+
+/// torch_objects()'s lookup, until it finds torch.
+[[gnu::noinline]] const TorchObjects* find_torch_objects() {
   PyObject* mod = PyImport_GetModule(nb::str("torch").ptr());  // no import: only if loaded
   if (mod == nullptr) {
     PyErr_Clear();
@@ -244,8 +246,14 @@ const TorchObjects* torch_objects() {
   t->s_data_ptr = nb::str("data_ptr");
   t->s_get_device = nb::str("get_device");
   t->reader = load_torch_reader(torch, t->reader_status, t->stream, t->conv_lists);
-  cached = t;
-  return cached;
+  torch_objects_found = t;
+  return t;
+}
+
+/// torch's Tensor type and dtypes, or null while torch is not imported (inline: every import
+/// of an input asks).
+inline const TorchObjects* torch_objects() {
+  return torch_objects_found != nullptr ? torch_objects_found : find_torch_objects();
 }
 
 /// obj.name(), or a null object (the Python error cleared) when it raises.

@@ -91,10 +91,10 @@ class VllmBuildState final : public LaunchArgs {
     if (aligned_slow(dict)) return slow();
     const nb::object session = read_attr(engine_, engine_dict_, names().session);
     if (session.is_none()) return slow();
-    const nb::object table = get_attr(m, names().block_table_tensor);
     // None: int64 counts (the Python path converts them) or a larger native builder first.
-    nb::object d =
-        session_call(session, m, table, accepted, drafts, false, slot_, *this, /*int32=*/true);
+    // The table is m.block_table_tensor (a null handle: the session reads it with m's others).
+    nb::object d = session_call(session, m, nb::handle(), accepted, drafts, false, slot_, *this,
+                                /*int32=*/true);
     if (d.is_none()) return slow();
     const Py_ssize_t size = PyDict_Size(d.ptr());
     if (size == plain_len_) return make(d);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "conv_lists.hpp"
+#include "instance_attrs.hpp"
 #include "linmeta/outputs.hpp"
 #include "metadata.hpp"
 #include "step_inputs.hpp"
@@ -99,9 +100,20 @@ class ViewCache {
 /// bench/python/profile_vllm_parts.py): nanoseconds per phase, summed over calls.
 class PhaseClock {
  public:
-  enum Phase : int32_t { Inputs, SameStep, Prepare, Build, Bookkeeping, Fields, kCount };
+  enum Phase : int32_t {
+    Inputs,
+    SameStep,
+    Stream,
+    Imports,
+    Tables,
+    Build,
+    Bookkeeping,
+    Fields,
+    kCount
+  };
   static constexpr std::array<const char*, kCount> kNames = {
-      "inputs", "same_step", "prepare", "native_build", "bookkeeping", "fields"};
+      "inputs", "same_step",    "stream",      "imports",
+      "tables", "native_build", "bookkeeping", "fields"};
 
   void start() {
     if (on) last_ = std::chrono::steady_clock::now();
@@ -120,43 +132,42 @@ class PhaseClock {
   std::chrono::steady_clock::time_point last_;
 };
 
-/// vLLM's CommonAttentionMetadata attributes the session reads, interned once.
-struct CommonNames {
-  nb::str query_start_loc_cpu{"query_start_loc_cpu"}, seq_lens{"seq_lens"},
-      seq_lens_cpu_upper_bound{"seq_lens_cpu_upper_bound"}, seq_lens_cpu{"seq_lens_cpu"},
-      num_actual_tokens{"num_actual_tokens"}, query_start_loc{"query_start_loc"},
-      is_prefilling{"is_prefilling"}, num_reqs{"num_reqs"};
-};
-
-/// The attribute, or None when `obj` has none.
-nb::object get_attr_or_none(nb::handle obj, const nb::str& name) {
-  PyObject* r = PyObject_GetAttr(obj.ptr(), name.ptr());
-  if (r != nullptr) return nb::steal(r);
-  if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
-  PyErr_Clear();
-  return nb::none();
-}
+/// The CommonAttentionMetadata attributes a call reads, in CallInputs' order.
+constexpr const char* kCommonNames[] = {"query_start_loc_cpu",
+                                        "seq_lens",
+                                        "seq_lens_cpu_upper_bound",
+                                        "query_start_loc",
+                                        "is_prefilling",
+                                        "num_actual_tokens",
+                                        "num_reqs",
+                                        "block_table_tensor"};
 
 /// One call's step inputs: the arrays of a CommonAttentionMetadata plus the accepted and
-/// draft counts, in a fixed order (the step fast path compares them one by one).
+/// draft counts, in a fixed order (the step fast path compares them one by one), and the
+/// metadata's block table.
 struct CallInputs {
   enum : int32_t { QslCpu, SeqLens, UpperBound, Qsl, IsPrefilling, Drafts, Accepted, kCount };
   static constexpr std::array<bool, kCount> kHost = {true, false, true, false, true, true, false};
   std::array<nb::object, kCount> arrays;
-  nb::object num_actual_tokens, num_reqs;
+  nb::object num_actual_tokens, num_reqs, table;
 
-  CallInputs(const CommonNames& n, nb::handle m, nb::handle accepted, nb::handle drafts) {
-    arrays[QslCpu] = get_attr(m, n.query_start_loc_cpu);
-    arrays[SeqLens] = get_attr(m, n.seq_lens);
-    // vLLM releases before seq_lens_cpu_upper_bound had the exact host copy.
-    arrays[UpperBound] = get_attr_or_none(m, n.seq_lens_cpu_upper_bound);
-    if (arrays[UpperBound].is_none()) arrays[UpperBound] = get_attr(m, n.seq_lens_cpu);
-    arrays[Qsl] = get_attr(m, n.query_start_loc);
-    arrays[IsPrefilling] = get_attr_or_none(m, n.is_prefilling);
+  /// `common` reads kCommonNames.
+  CallInputs(InstanceAttrs& common, nb::handle m, nb::handle accepted, nb::handle drafts) {
+    enum : int32_t { NumActualTokens = 5, NumReqs, BlockTable, kRead };
+    static_assert(std::size(kCommonNames) == kRead);
+    std::array<nb::object, kRead> v;
+    // Optional: the upper bound (older vLLM releases had only the exact host copy below),
+    // is_prefilling, and the table (given apart to VllmSession.call).
+    constexpr uint64_t optional = 1U << UpperBound | 1U << IsPrefilling | 1U << BlockTable;
+    common.read(m, v, optional);
+    for (const int32_t i : {QslCpu, SeqLens, UpperBound, Qsl, IsPrefilling})
+      arrays[static_cast<size_t>(i)] = std::move(v[static_cast<size_t>(i)]);
+    if (arrays[UpperBound].is_none()) arrays[UpperBound] = get_attr(m, nb::str("seq_lens_cpu"));
     arrays[Drafts] = drafts.is_valid() ? nb::borrow(drafts) : nb::none();
     arrays[Accepted] = accepted.is_valid() ? nb::borrow(accepted) : nb::none();
-    num_actual_tokens = get_attr(m, n.num_actual_tokens);
-    num_reqs = get_attr(m, n.num_reqs);
+    num_actual_tokens = std::move(v[NumActualTokens]);
+    num_reqs = std::move(v[NumReqs]);
+    table = std::move(v[BlockTable]);
   }
 
   [[nodiscard]] StepArgs args(nb::handle stream) const {
@@ -293,7 +304,8 @@ class VllmSession {
   }
 
   /// Group `group`'s fields for a call of vLLM's build() (capture: build_for_cudagraph_capture)
-  /// with CommonAttentionMetadata `m`, this group's block table and the step's accepted /
+  /// with CommonAttentionMetadata `m`, this group's block table (a null handle: `m`'s
+  /// block_table_tensor) and the step's accepted /
   /// draft counts (int32 or None): served from the last plan when it is the same step, else
   /// planned afresh. None when this builder cannot take the step (`group` past its groups,
   /// or more tokens than its capacity with `grow`): the caller makes a larger builder.
@@ -304,7 +316,8 @@ class VllmSession {
   nb::object call(nb::handle m, nb::handle table, nb::handle accepted, nb::handle drafts,
                   bool capture, int32_t group, const LaunchArgs& launch, bool int32_counts_only) {
     clock_.start();
-    const CallInputs in(names_, m, accepted, drafts);
+    const CallInputs in(common_, m, accepted, drafts);
+    if (!table.is_valid()) table = in.table;
     clock_.mark(PhaseClock::Inputs);
     const auto G = static_cast<int32_t>(served_.size());
     if (group < 0) raise_error("VllmSession: group " + std::to_string(group) + " is negative");
@@ -312,7 +325,7 @@ class VllmSession {
         same_step(in)) {
       clock_.mark(PhaseClock::SameStep);
       serve_table(group, table, launch);
-      clock_.mark(PhaseClock::Prepare);
+      clock_.mark(PhaseClock::Tables);
       nb::object out = fields(group);
       clock_.mark(PhaseClock::Fields);
       return out;
@@ -378,7 +391,9 @@ class VllmSession {
     PreparedStep& p = prep_;
     p.reset();
     const nb::object stream = launch.stream();
+    clock_.mark(PhaseClock::Stream);
     if (!prepare(p, *b_, in.args(stream), int32_counts_only)) return false;
+    clock_.mark(PhaseClock::Imports);
     const bool prefetch = launch.prefetch_tables();
     const int32_t n = p.step.num_reqs;
     const BlockTable own = import_table(p, table, "block_table", n, b_->memory());
@@ -402,7 +417,7 @@ class VllmSession {
     }
     p.step.block_table = p.tables[0];
     built_ = false;
-    clock_.mark(PhaseClock::Prepare);
+    clock_.mark(PhaseClock::Tables);
     std::span<const Metadata> ms =
         capture ? b_->builder.build_groups_for_cudagraph_capture(p.step, p.tables, p.stream)
                 : b_->builder.build_groups(p.step, p.tables, p.stream);
@@ -667,9 +682,9 @@ class VllmSession {
     std::array<Result, 2> results;
     size_t newest = 0;  ///< the one made or used last
   };
-  std::vector<LastFields> last_;  ///< per group
-  CommonNames names_;
-  std::optional<CallInputs> inputs_;  ///< the last plan's inputs
+  std::vector<LastFields> last_;        ///< per group
+  InstanceAttrs common_{kCommonNames};  ///< reads a CommonAttentionMetadata
+  std::optional<CallInputs> inputs_;    ///< the last plan's inputs
   int32_t num_actual_tokens_ = 0;
   bool capture_ = false;
   bool grow_ = false;
@@ -799,7 +814,8 @@ void bind_vllm_session(nb::module_& m) {
                    "Whether call() times its phases (setting it resets phase_ns).")
       .def_prop_ro("phase_ns", &VllmSession::phase_ns,
                    "Host nanoseconds per phase of call() since timing was set: inputs (reading "
-                   "CommonAttentionMetadata), same_step, prepare (imports, table checks), "
+                   "CommonAttentionMetadata), same_step, stream (reading the launch stream), "
+                   "imports (the step's arrays), tables (block tables, prefetch), "
                    "native_build, bookkeeping, fields (the result dict).");
 }
 

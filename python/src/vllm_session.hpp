@@ -27,7 +27,8 @@ class LaunchArgs {
   [[nodiscard]] virtual bool prefetch_tables() const = 0;
 };
 
-/// VllmSession.call (see there) for C++ callers; `session` must be a VllmSession.
+/// VllmSession.call (see there) for C++ callers; `session` must be a VllmSession. A null
+/// `table` handle: m.block_table_tensor.
 /// int32_counts_only: None, instead of a plan, when the accepted or draft counts are not int32
 /// arrays (a call served from the last plan passes the plan's own, imported as int32).
 nanobind::object session_call(nanobind::handle session, nanobind::handle m, nanobind::handle table,

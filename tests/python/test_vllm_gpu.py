@@ -150,3 +150,30 @@ def test_update_block_table_cuda():
             assert u.diff(got, seed) == [], (case, g)
             compared += 1
     assert compared > 5, compared
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["cuda", "cuda:N"])
+def test_builds_run_on_torchs_current_stream_read_in_cpp(index, monkeypatch):
+    """build() launches on torch's current stream of the builder's device, read in C++ (no
+    Python stream function) for torch.device("cuda") and for an indexed device alike."""
+    dev = f"cuda:{torch.cuda.current_device()}" if index else DEV
+    case = next(c for c in CASES if c["builder"] == "gdn" and c["mode"] != "capture"
+                and len(c["step"].get("groups", [])) == 4)
+    _, want, err, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case, dev)
+    assert err is None
+    engine = builders[0]._engine
+    reads = []
+    real = engine.current_stream
+    monkeypatch.setattr(engine, "current_stream", lambda: reads.append(1) or real())
+    for b in builders:
+        b._install_fast_build()  # the state holds the stream function: take the counted one
+    acc, drafts = u.step_counts(case["step"], dev)
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # the build's copies queue behind this on `side`
+        got = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
+    assert reads == []
+    side.synchronize()
+    for g, (o, r) in enumerate(zip(got, want)):  # the seed's later groups: from its cache
+        assert u.diff(o, r, skip=(CACHE_ONLY_FIELD,) if g > 0 else ()) == [], g
