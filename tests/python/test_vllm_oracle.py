@@ -795,3 +795,42 @@ def test_spec_staging_of_more_rows_than_the_capture_size(kind, recoverssm):
         },
     }
     assert check(case) == []
+
+
+def test_common_metadata_is_read_as_getattr_reads_it():
+    """build() reads CommonAttentionMetadata's attributes from its __dict__ only where getattr
+    would give the same (InstanceAttrs): a property of a subclass, or one put on the class
+    after builds that read the __dict__, wins over the instance's own entry."""
+    case = next(c for c in CASES if c["builder"] == "gdn" and c["mode"] != "capture"
+                and not c["step"].get("groups"))
+    _, want, err, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
+    assert err is None
+    b, m = builders[0], ms[0]
+    acc, drafts = u.step_counts(case["step"])
+    real = m.num_actual_tokens
+
+    def shadowed(cls):
+        """A copy of `m` as a `cls`, whose own __dict__ holds a wrong num_actual_tokens."""
+        obj = object.__new__(cls)
+        obj.__dict__.update(m.__dict__)
+        obj.__dict__["num_actual_tokens"] = real + 7
+        return obj
+
+    class WithProperty(type(m)):
+        num_actual_tokens = property(lambda self: real)
+
+    got = b.build(0, shadowed(WithProperty), acc, drafts)
+    assert u.diff(got, want[0]) == []
+
+    class Later(type(m)):
+        pass
+
+    plain = shadowed(Later)
+    plain.__dict__["num_actual_tokens"] = real
+    assert u.diff(b.build(0, plain, acc, drafts), want[0]) == []  # the __dict__ read
+    Later.num_actual_tokens = property(lambda self: real)
+    assert u.diff(b.build(0, shadowed(Later), acc, drafts), want[0]) == []
+    del Later.num_actual_tokens
+    # Without the property getattr reads the wrong entry, and so does build(): another step.
+    wrong = b.build(0, shadowed(Later), acc, drafts)
+    assert wrong.num_actual_tokens == real + 7 and u.diff(wrong, want[0]) != []
