@@ -29,9 +29,9 @@ class InstanceAttrs {
   void learn(PyTypeObject* type);
 
   std::vector<nanobind::str> names_;
-  nanobind::object type_;      ///< the type last learnt (held: its address is not reused)
-  unsigned int tag_ = 0;       ///< its version tag then
-  uint64_t from_dict_ = 0;     ///< bit i: names_[i] may be read from the instance __dict__
+  nanobind::object type_;   ///< the type last learnt (held: its address is not reused)
+  unsigned int tag_ = 0;    ///< its version tag then
+  uint64_t from_dict_ = 0;  ///< bit i: names_[i] may be read from the instance __dict__
 };
 
 }  // namespace linmeta::py
