@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -527,7 +528,7 @@ class VllmSession {
     nb::object out;
     size_t hit = last.results.size();
     for (const size_t i : {last.newest, 1 - last.newest})  // the newest first
-      if (last.results[i].dict.is_valid() && last.results[i].m == m) {
+      if (last.results[i].dict.is_valid() && same_metadata(last.results[i].m, m)) {
         hit = i;
         break;
       }
@@ -549,6 +550,14 @@ class VllmSession {
       throw nb::python_error();
     if (m.conv1d && conv_.block.is_valid()) put_nums_dict(out, *m.conv1d);
     return out;
+  }
+
+  /// a == b, a byte comparison first: equal bytes are equal fields (Metadata is trivially
+  /// copyable and holds no floating point), and the copies compared here are usually
+  /// byte-equal; padding that differs only sends the comparison to the fields.
+  static bool same_metadata(const Metadata& a, const Metadata& b) {
+    static_assert(std::is_trivially_copyable_v<Metadata>);
+    return std::memcmp(&a, &b, sizeof(Metadata)) == 0 || a == b;
   }
 
   /// vLLM's compute_causal_conv1d_metadata dict {BLOCK_M: {...}} into `out` (whose
