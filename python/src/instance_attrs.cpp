@@ -6,6 +6,23 @@ namespace nb = nanobind;
 
 namespace linmeta::py {
 
+namespace {
+
+/// Whether `type` has a version tag and it is `tag`: then the type is unchanged since the
+/// tag was read (a type's tags never repeat; modifying it drops its tag until a lookup gives
+/// it a new one). Before 3.14 the tag is current only with Py_TPFLAGS_VALID_VERSION_TAG set
+/// (before 3.11 a modified type kept its old number); 3.14 no longer sets that flag.
+bool has_tag(PyTypeObject* type, unsigned int tag) {
+  if (tag == 0 || type->tp_version_tag != tag) return false;
+#if PY_VERSION_HEX < 0x030E0000
+  return PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) != 0;
+#else
+  return true;
+#endif
+}
+
+}  // namespace
+
 InstanceAttrs::InstanceAttrs(std::span<const char* const> names) {
   if (names.size() > 64) throw std::invalid_argument("InstanceAttrs: at most 64 names");
   for (const char* n : names) {
@@ -33,25 +50,26 @@ void InstanceAttrs::learn(PyTypeObject* type) {
   }
   // The lookups gave the type a version tag unless it cannot have one: then every call
   // learns anew, and takes getattr.
-  if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) return;
+  if (!has_tag(type, type->tp_version_tag)) return;
   tag_ = type->tp_version_tag;
   from_dict_ = from_dict;
 }
 
 void InstanceAttrs::read(nb::handle obj, std::span<nb::object> out, uint64_t optional) {
   PyTypeObject* type = Py_TYPE(obj.ptr());
-  if (type_.ptr() != reinterpret_cast<PyObject*>(type) ||
-      !PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) || type->tp_version_tag != tag_)
-    learn(type);
+  if (type_.ptr() != reinterpret_cast<PyObject*>(type) || !has_tag(type, tag_)) learn(type);
+  // A local copy: a getattr below may run Python code that reads another type's attributes
+  // through this object (re-learning it).
+  const uint64_t from_dict = from_dict_;
   nb::object dict;
-  if (from_dict_ != 0) {
+  if (from_dict != 0) {
     PyObject* d = PyObject_GenericGetDict(obj.ptr(), nullptr);
     if (d == nullptr) throw nb::python_error();
     dict = nb::steal(d);
   }
   for (size_t i = 0; i < names_.size() && i < out.size(); ++i) {
     PyObject* name = names_[i].ptr();
-    if (dict.is_valid() && (from_dict_ >> i & 1) != 0) {
+    if (dict.is_valid() && (from_dict >> i & 1) != 0) {
       PyObject* v = PyDict_GetItemWithError(dict.ptr(), name);
       if (v != nullptr) {
         out[i] = nb::borrow(v);
