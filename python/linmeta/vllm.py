@@ -68,8 +68,8 @@ _DEFAULT_TOKEN_CAPACITY = 8192
 # On by default; LINMETA_VLLM_PREFETCH_TABLES=0 turns it off. docs/vllm.md.
 _PREFETCH_TABLES = os.environ.get("LINMETA_VLLM_PREFETCH_TABLES", "1") != "0"
 
-# build() and GDN's update_block_table() as one C++ call each (_linmeta.vllm_build /
-# vllm_update_block_table with each object's VllmBuildState) for calls that need nothing but
+# build() and GDN's update_block_table() as one C++ call each (_linmeta.vllm_method's
+# descriptors over each object's VllmBuildState) for calls that need nothing but
 # the session's result; LINMETA_VLLM_FAST_BUILD=0 keeps the Python methods (_build_python,
 # _update_block_table_python) for every call.
 _FAST_BUILD = os.environ.get("LINMETA_VLLM_FAST_BUILD", "1") != "0"
@@ -790,10 +790,9 @@ class GDNAttentionMetadataBuilder(_Base):
     # -- vLLM's interface
 
     # vLLM's build(common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
-    # num_decode_draft_tokens_cpu=None, fast_build=False): one C++ call (a method like this
-    # class's Python ones) that returns the session's result for a plain step and calls
-    # _build_python for anything else.
-    build = _linmeta.vllm_build
+    # num_decode_draft_tokens_cpu=None, fast_build=False) is one C++ call (a method
+    # descriptor, set below the class) that returns the session's result for a plain step and
+    # calls _build_python for anything else.
 
     def _build_python(
         self,
@@ -841,10 +840,9 @@ class GDNAttentionMetadataBuilder(_Base):
         d = engine.run(slot, m, table, None, None, True)
         return self._assemble(d, m, None, torch.int32)
 
-    # vLLM's update_block_table(metadata, blk_table, slot_mapping): one C++ call
-    # (VllmBuildState) for a plain dataclass without checkpoints, _update_block_table_python
-    # for anything else; the same result.
-    update_block_table = _linmeta.vllm_update_block_table
+    # vLLM's update_block_table(metadata, blk_table, slot_mapping) is one C++ call (set below
+    # the class; VllmBuildState) for a plain dataclass without checkpoints,
+    # _update_block_table_python for anything else; the same result.
 
     def _update_block_table_python(
         self, metadata, blk_table: torch.Tensor, slot_mapping: torch.Tensor
@@ -956,6 +954,14 @@ class GDNAttentionMetadataBuilder(_Base):
                 d["prefill_query_start_loc"], d["num_prefill_tokens"]
             )
         return self._make(d)
+
+
+# C++ methods (python/src/vllm_build_call.cpp): CPython method descriptors of this class, which
+# the interpreter calls without an argument-conversion layer.
+GDNAttentionMetadataBuilder.build = _linmeta.vllm_method(GDNAttentionMetadataBuilder, "build")
+GDNAttentionMetadataBuilder.update_block_table = _linmeta.vllm_method(
+    GDNAttentionMetadataBuilder, "update_block_table"
+)
 
 
 class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):

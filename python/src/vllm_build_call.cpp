@@ -9,10 +9,14 @@
 // `_update_block_table_python` for anything but a plain dataclass without checkpoints,
 // re-gathered from the table it is given.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
+#include <array>
 #include <cstdint>
 #include <exception>
 #include <initializer_list>
+#include <span>
+#include <string>
 #include <utility>
 
 #include "arrays.hpp"
@@ -333,6 +337,110 @@ nb::object vllm_update_block_table(nb::handle self, nb::handle metadata, nb::han
   return of.get()->update_block_table(self, of.dict, metadata, table, slot_mapping);
 }
 
+/// The current C++ exception as the Python error nanobind's bindings would raise for it
+/// (linmeta.Error, TypeError, ...): rethrown inside a nanobind function, whose dispatcher
+/// translates it. Returns null, for the method to return.
+PyObject* raise_current_exception() {
+  static thread_local std::exception_ptr pending;
+  static const nb::object* rethrow = new nb::object(  // never destroyed, as names()
+      nb::cpp_function([] { std::rethrow_exception(std::exchange(pending, nullptr)); }));
+  pending = std::current_exception();
+  PyObject* r = PyObject_CallNoArgs(rethrow->ptr());
+  pending = nullptr;
+  Py_XDECREF(r);  // null: the error is set
+  return nullptr;
+}
+
+/// A method's arguments after self (METH_FASTCALL | METH_KEYWORDS) into `out`, by position
+/// then by keyword; `out` holds the defaults (null: required). False, with TypeError set,
+/// for too many, unknown, repeated or missing ones.
+bool parse_args(const char* method, std::span<const nb::str> names, PyObject* const* args,
+                Py_ssize_t nargs, PyObject* kwnames, std::span<PyObject*> out) {
+  const auto n = static_cast<Py_ssize_t>(names.size());
+  if (nargs > n) {
+    PyErr_Format(PyExc_TypeError, "%s() takes at most %zd arguments (%zd given)", method, n, nargs);
+    return false;
+  }
+  for (Py_ssize_t i = 0; i < nargs; ++i) out[static_cast<size_t>(i)] = args[i];
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+    Py_ssize_t at = -1;
+    for (Py_ssize_t i = 0; i < n && at < 0; ++i)  // interned names: pointers first
+      if (key == names[static_cast<size_t>(i)].ptr()) at = i;
+    for (Py_ssize_t i = 0; i < n && at < 0; ++i)
+      if (PyUnicode_Compare(key, names[static_cast<size_t>(i)].ptr()) == 0) at = i;
+    if (at < 0) {
+      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", method, key);
+      return false;
+    }
+    if (at < nargs) {
+      PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%U'", method, key);
+      return false;
+    }
+    out[static_cast<size_t>(at)] = args[nargs + k];
+  }
+  for (Py_ssize_t i = 0; i < n; ++i)
+    if (out[static_cast<size_t>(i)] == nullptr) {
+      PyErr_Format(PyExc_TypeError, "%s() missing required argument '%U'", method,
+                   names[static_cast<size_t>(i)].ptr());
+      return false;
+    }
+  return true;
+}
+
+/// Interned argument names (never destroyed, as names()).
+template <size_t N>
+std::span<const nb::str> arg_names(const char* const (&names)[N]) {
+  auto* out = new std::array<nb::str, N>;
+  for (size_t i = 0; i < N; ++i)
+    (*out)[i] = nb::steal<nb::str>(PyUnicode_InternFromString(names[i]));
+  return *out;
+}
+
+PyObject* build_method(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const std::span<const nb::str> names =
+      arg_names({"common_prefix_len", "common_attn_metadata", "num_accepted_tokens",
+                 "num_decode_draft_tokens_cpu", "fast_build"});
+  std::array<PyObject*, 5> a = {nullptr, nullptr, Py_None, Py_None, Py_False};
+  if (!parse_args("build", names, args, nargs, kwnames, a)) return nullptr;
+  try {
+    return vllm_build(self, a[0], a[1], a[2], a[3], a[4]).release().ptr();
+  } catch (...) {
+    return raise_current_exception();
+  }
+}
+
+PyObject* update_block_table_method(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                                    PyObject* kwnames) {
+  static const std::span<const nb::str> names =
+      arg_names({"metadata", "blk_table", "slot_mapping"});
+  std::array<PyObject*, 3> a = {nullptr, nullptr, nullptr};
+  if (!parse_args("update_block_table", names, args, nargs, kwnames, a)) return nullptr;
+  try {
+    return vllm_update_block_table(self, a[0], a[1], a[2]).release().ptr();
+  } catch (...) {
+    return raise_current_exception();
+  }
+}
+
+// CPython method descriptors (like a C type's methods): the interpreter calls them without an
+// argument-conversion layer, and they bind `self` as Python functions do.
+PyMethodDef build_def = {
+    "build", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&build_method)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "build($self, /, common_prefix_len, common_attn_metadata, num_accepted_tokens=None, "
+    "num_decode_draft_tokens_cpu=None, fast_build=False)\n--\n\n"
+    "vLLM's build() of linmeta.vllm's builder classes: one C++ call for plain steps, the "
+    "object's _build_python otherwise."};
+PyMethodDef update_block_table_def = {
+    "update_block_table",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&update_block_table_method)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "update_block_table($self, /, metadata, blk_table, slot_mapping)\n--\n\n"
+    "vLLM's update_block_table() of linmeta.vllm's GDN builder: one C++ call for a plain "
+    "dataclass without checkpoints, the object's _update_block_table_python otherwise."};
+
 }  // namespace
 
 void bind_vllm_build_call(nb::module_& m) {
@@ -344,21 +452,21 @@ void bind_vllm_build_call(nb::module_& m) {
            "engine"_a, "slot"_a, "module"_a, "slow"_a, "assemble"_a, "cls"_a.none(), "make"_a,
            "plain_len"_a, "aligned_rule"_a, "int32"_a, "device"_a, "update_rule"_a, "state_keys"_a,
            "commit"_a.none() = nb::none());
-  m.attr("vllm_build") = nb::cpp_function(
-      &vllm_build, nb::is_method(), nb::name("build"), nb::scope(m), "common_prefix_len"_a,
-      "common_attn_metadata"_a, "num_accepted_tokens"_a.none() = nb::none(),
-      "num_decode_draft_tokens_cpu"_a.none() = nb::none(), "fast_build"_a = false,
-      nb::sig("def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None, "
-              "num_decode_draft_tokens_cpu=None, fast_build=False)"),
-      "vLLM's build() of linmeta.vllm's builder classes (a method): one C++ call for plain "
-      "steps, the object's _build_python otherwise.");
-  m.attr("vllm_update_block_table") = nb::cpp_function(
-      &vllm_update_block_table, nb::is_method(), nb::name("update_block_table"), nb::scope(m),
-      "metadata"_a, "blk_table"_a, "slot_mapping"_a,
-      nb::sig("def update_block_table(self, metadata, blk_table, slot_mapping)"),
-      "vLLM's update_block_table() of linmeta.vllm's GDN builder (a method): one C++ call for "
-      "a plain dataclass without checkpoints, the object's _update_block_table_python "
-      "otherwise.");
+  m.def(
+      "vllm_method",
+      [](nb::type_object cls, const std::string& name) {
+        PyMethodDef* def = name == "build"                ? &build_def
+                           : name == "update_block_table" ? &update_block_table_def
+                                                          : nullptr;
+        if (def == nullptr) throw nb::value_error("vllm_method: build or update_block_table");
+        PyObject* d = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def);
+        if (d == nullptr) throw nb::python_error();
+        return nb::steal(d);
+      },
+      "cls"_a, "name"_a,
+      "vLLM's build() or update_block_table() as a method of `cls` (a builder class of "
+      "linmeta.vllm, or a subclass's instances): the C++ fast path over each object's "
+      "VllmBuildState.");
 }
 
 }  // namespace linmeta::py

@@ -834,3 +834,42 @@ def test_common_metadata_is_read_as_getattr_reads_it():
     # Without the property getattr reads the wrong entry, and so does build(): another step.
     wrong = b.build(0, shadowed(Later), acc, drafts)
     assert wrong.num_actual_tokens == real + 7 and u.diff(wrong, want[0]) != []
+
+
+def test_build_takes_vllms_arguments_by_position_or_keyword():
+    """build() and update_block_table() are C++ method descriptors with vLLM's signatures:
+    positional and keyword calls give the same result; wrong arguments raise TypeError as a
+    Python method would; errors inside propagate unchanged."""
+    import inspect
+
+    case = next(c for c in CASES if c["builder"] == "gdn" and c["mode"] != "capture"
+                and not c["step"].get("groups"))
+    _, want, err, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
+    assert err is None
+    b, m = builders[0], ms[0]
+    acc, drafts = u.step_counts(case["step"])
+    calls = [
+        lambda: b.build(0, m, acc, drafts),
+        lambda: b.build(0, m, acc, drafts, False),
+        lambda: b.build(common_prefix_len=0, common_attn_metadata=m, num_accepted_tokens=acc,
+                        num_decode_draft_tokens_cpu=drafts),
+        lambda: b.build(0, m, num_decode_draft_tokens_cpu=drafts, num_accepted_tokens=acc,
+                        fast_build=True),
+    ]
+    for call in calls:
+        assert u.diff(call(), want[0]) == []
+    with pytest.raises(TypeError, match="missing required argument 'common_attn_metadata'"):
+        b.build(0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'accepted'"):
+        b.build(0, m, accepted=acc)
+    with pytest.raises(TypeError, match="multiple values for argument 'common_prefix_len'"):
+        b.build(0, m, common_prefix_len=0)
+    with pytest.raises(TypeError, match="at most 5 arguments"):
+        b.build(0, m, acc, drafts, False, 1)
+    with pytest.raises(TypeError, match="missing required argument 'slot_mapping'"):
+        b.update_block_table(want[0], m.block_table_tensor)
+    with pytest.raises(AttributeError, match="query_start_loc_cpu"):
+        b.build(0, object())  # from the C++ read of the metadata, as raised
+    params = list(inspect.signature(LV.GDNAttentionMetadataBuilder.build).parameters)
+    assert params == ["self", "common_prefix_len", "common_attn_metadata", "num_accepted_tokens",
+                      "num_decode_draft_tokens_cpu", "fast_build"]
