@@ -449,8 +449,10 @@ class VllmSession {
   bool same_step(const CallInputs& in) const {
     if (!inputs_) return false;
     const CallInputs& last = *inputs_;
-    if (to_int32(in.num_actual_tokens, "num_actual_tokens") != num_actual_tokens_ ||
-        to_int32(in.num_reqs, "num_reqs") != num_reqs_)
+    // The plan's own int objects hold the plan's values (ints are immutable).
+    if ((!in.num_actual_tokens.is(last.num_actual_tokens) &&
+         to_int32(in.num_actual_tokens, "num_actual_tokens") != num_actual_tokens_) ||
+        (!in.num_reqs.is(last.num_reqs) && to_int32(in.num_reqs, "num_reqs") != num_reqs_))
       return false;
     for (int32_t i = 0; i < CallInputs::kCount; ++i) {
       const auto k = static_cast<size_t>(i);
