@@ -797,16 +797,21 @@ def test_spec_staging_of_more_rows_than_the_capture_size(kind, recoverssm):
     assert check(case) == []
 
 
-def test_common_metadata_is_read_as_getattr_reads_it():
-    """build() reads CommonAttentionMetadata's attributes from its __dict__ only where getattr
-    would give the same (InstanceAttrs): a property of a subclass, or one put on the class
-    after builds that read the __dict__, wins over the instance's own entry."""
+def _one_gdn_group():
+    """A one-group GDN build case the seed answers: (the seed's result, our builder, its
+    CommonAttentionMetadata, the accepted and draft counts), after one build of each."""
     case = next(c for c in CASES if c["builder"] == "gdn" and c["mode"] != "capture"
                 and not c["step"].get("groups"))
     _, want, err, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
     assert err is None
-    b, m = builders[0], ms[0]
-    acc, drafts = u.step_counts(case["step"])
+    return want[0], builders[0], ms[0], *u.step_counts(case["step"])
+
+
+def test_common_metadata_is_read_as_getattr_reads_it():
+    """build() reads CommonAttentionMetadata's attributes from its __dict__ only where getattr
+    would give the same (InstanceAttrs): a property of a subclass, or one put on the class
+    after builds that read the __dict__, wins over the instance's own entry."""
+    want, b, m, acc, drafts = _one_gdn_group()
     real = m.num_actual_tokens
 
     def shadowed(cls):
@@ -820,20 +825,20 @@ def test_common_metadata_is_read_as_getattr_reads_it():
         num_actual_tokens = property(lambda self: real)
 
     got = b.build(0, shadowed(WithProperty), acc, drafts)
-    assert u.diff(got, want[0]) == []
+    assert u.diff(got, want) == []
 
     class Later(type(m)):
         pass
 
     plain = shadowed(Later)
     plain.__dict__["num_actual_tokens"] = real
-    assert u.diff(b.build(0, plain, acc, drafts), want[0]) == []  # the __dict__ read
+    assert u.diff(b.build(0, plain, acc, drafts), want) == []  # the __dict__ read
     Later.num_actual_tokens = property(lambda self: real)
-    assert u.diff(b.build(0, shadowed(Later), acc, drafts), want[0]) == []
+    assert u.diff(b.build(0, shadowed(Later), acc, drafts), want) == []
     del Later.num_actual_tokens
     # Without the property getattr reads the wrong entry, and so does build(): another step.
     wrong = b.build(0, shadowed(Later), acc, drafts)
-    assert wrong.num_actual_tokens == real + 7 and u.diff(wrong, want[0]) != []
+    assert wrong.num_actual_tokens == real + 7 and u.diff(wrong, want) != []
 
 
 def test_build_takes_vllms_arguments_by_position_or_keyword():
@@ -842,12 +847,7 @@ def test_build_takes_vllms_arguments_by_position_or_keyword():
     Python method would; errors inside propagate unchanged."""
     import inspect
 
-    case = next(c for c in CASES if c["builder"] == "gdn" and c["mode"] != "capture"
-                and not c["step"].get("groups"))
-    _, want, err, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
-    assert err is None
-    b, m = builders[0], ms[0]
-    acc, drafts = u.step_counts(case["step"])
+    want, b, m, acc, drafts = _one_gdn_group()
     calls = [
         lambda: b.build(0, m, acc, drafts),
         lambda: b.build(0, m, acc, drafts, False),
@@ -857,7 +857,7 @@ def test_build_takes_vllms_arguments_by_position_or_keyword():
                         fast_build=True),
     ]
     for call in calls:
-        assert u.diff(call(), want[0]) == []
+        assert u.diff(call(), want) == []
     with pytest.raises(TypeError, match="missing required argument 'common_attn_metadata'"):
         b.build(0)
     with pytest.raises(TypeError, match="unexpected keyword argument 'accepted'"):
@@ -867,7 +867,7 @@ def test_build_takes_vllms_arguments_by_position_or_keyword():
     with pytest.raises(TypeError, match="at most 5 arguments"):
         b.build(0, m, acc, drafts, False, 1)
     with pytest.raises(TypeError, match="missing required argument 'slot_mapping'"):
-        b.update_block_table(want[0], m.block_table_tensor)
+        b.update_block_table(want, m.block_table_tensor)
     with pytest.raises(AttributeError, match="query_start_loc_cpu"):
         b.build(0, object())  # from the C++ read of the metadata, as raised
     params = list(inspect.signature(LV.GDNAttentionMetadataBuilder.build).parameters)
