@@ -790,9 +790,13 @@ class GDNAttentionMetadataBuilder(_Base):
     # -- vLLM's interface
 
     # vLLM's build(common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
-    # num_decode_draft_tokens_cpu=None, fast_build=False) is one C++ call (a method
-    # descriptor, set below the class) that returns the session's result for a plain step and
-    # calls _build_python for anything else.
+    # num_decode_draft_tokens_cpu=None, fast_build=False): one C++ call that returns the
+    # session's result for a plain step and calls _build_python for anything else. A CPython
+    # method descriptor (python/src/vllm_build_call.cpp; the interpreter calls it without an
+    # argument-conversion layer) of the base class, as this class does not exist yet: made
+    # here, in the class body, it implements vLLM's abstract build() (ABCMeta fixes a class's
+    # abstract methods when it is created).
+    build = _linmeta.vllm_method(_Base, "build")
 
     def _build_python(
         self,
@@ -840,9 +844,10 @@ class GDNAttentionMetadataBuilder(_Base):
         d = engine.run(slot, m, table, None, None, True)
         return self._assemble(d, m, None, torch.int32)
 
-    # vLLM's update_block_table(metadata, blk_table, slot_mapping) is one C++ call (set below
-    # the class; VllmBuildState) for a plain dataclass without checkpoints,
+    # vLLM's update_block_table(metadata, blk_table, slot_mapping): one C++ call (a method
+    # descriptor as build) for a plain dataclass without checkpoints,
     # _update_block_table_python for anything else; the same result.
+    update_block_table = _linmeta.vllm_method(_Base, "update_block_table")
 
     def _update_block_table_python(
         self, metadata, blk_table: torch.Tensor, slot_mapping: torch.Tensor
@@ -954,14 +959,6 @@ class GDNAttentionMetadataBuilder(_Base):
                 d["prefill_query_start_loc"], d["num_prefill_tokens"]
             )
         return self._make(d)
-
-
-# C++ methods (python/src/vllm_build_call.cpp): CPython method descriptors of this class, which
-# the interpreter calls without an argument-conversion layer.
-GDNAttentionMetadataBuilder.build = _linmeta.vllm_method(GDNAttentionMetadataBuilder, "build")
-GDNAttentionMetadataBuilder.update_block_table = _linmeta.vllm_method(
-    GDNAttentionMetadataBuilder, "update_block_table"
-)
 
 
 class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):

@@ -464,9 +464,9 @@ void bind_vllm_build_call(nb::module_& m) {
         return nb::steal(d);
       },
       "cls"_a, "name"_a,
-      "vLLM's build() or update_block_table() as a method of `cls` (a builder class of "
-      "linmeta.vllm, or a subclass's instances): the C++ fast path over each object's "
-      "VllmBuildState.");
+      "vLLM's build() or update_block_table() as a method descriptor of `cls` (for its "
+      "instances and its subclasses': linmeta.vllm's builder classes take one of their base): "
+      "the C++ fast path over each object's VllmBuildState.");
 }
 
 }  // namespace linmeta::py

@@ -873,3 +873,33 @@ def test_build_takes_vllms_arguments_by_position_or_keyword():
     params = list(inspect.signature(LV.GDNAttentionMetadataBuilder.build).parameters)
     assert params == ["self", "common_prefix_len", "common_attn_metadata", "num_accepted_tokens",
                       "num_decode_draft_tokens_cpu", "fast_build"]
+
+
+def test_builders_implement_an_abstract_build(monkeypatch):
+    """vLLM's AttentionMetadataBuilder is an abc.ABC whose build() is abstract, and ABCMeta
+    fixes a class's abstract methods when the class is created: linmeta.vllm, executed afresh
+    over such a base, gives builder classes that instantiate."""
+    import abc
+    import importlib.util
+    import sys
+
+    backend = sys.modules["vllm.v1.attention.backend"]  # the oracle's stand-in vLLM
+
+    class AbstractBase(backend.AttentionMetadataBuilder, abc.ABC):
+        @abc.abstractmethod
+        def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+            raise NotImplementedError
+
+    monkeypatch.setattr(backend, "AttentionMetadataBuilder", AbstractBase)
+    name = "linmeta._vllm_over_an_abstract_base"
+    spec = importlib.util.spec_from_file_location(name, LV.__file__)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, mod)
+    spec.loader.exec_module(mod)
+    assert mod._Base is AbstractBase
+    for cls in (mod.GDNAttentionMetadataBuilder, mod.KimiK3KDAMetadataBuilder):
+        assert not cls.__abstractmethods__, cls
+    want, ours, m, acc, drafts = _one_gdn_group()
+    b = mod.GDNAttentionMetadataBuilder(ours.kv_cache_spec, ours.layer_names, ours.vllm_config,
+                                        torch.device("cpu"))
+    assert u.diff(b.build(0, m, acc, drafts), want) == []
