@@ -439,18 +439,13 @@ def _with_index(device: torch.device) -> torch.device:
 
 def _stream_reader(device: torch.device):
     """A function of no arguments that returns the raw handle of torch's current stream on
-    `device` (0 off CUDA). The device index is resolved here when `device` names one (vLLM's
-    do), so a call is one C function call."""
+    `device` (0 off CUDA), a CUDA device with an index (_with_index): one C function call."""
     if device.type != "cuda":
         return lambda: 0
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if device.index is not None:
-        if raw is not None:
-            return functools.partial(raw, device.index)
-        return lambda: torch.cuda.current_stream(device.index).cuda_stream
     if raw is not None:
-        return lambda: raw(torch.cuda.current_device())
-    return lambda: torch.cuda.current_stream().cuda_stream
+        return functools.partial(raw, device.index)
+    return lambda: torch.cuda.current_stream(device.index).cuda_stream
 
 
 # --------------------------------------------------------------------------------------------

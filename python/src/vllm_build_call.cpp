@@ -393,8 +393,11 @@ bool parse_args(const char* method, std::span<const nb::str> names, PyObject* co
 template <size_t N>
 std::span<const nb::str> arg_names(const char* const (&names)[N]) {
   auto* out = new std::array<nb::str, N>;
-  for (size_t i = 0; i < N; ++i)
-    (*out)[i] = nb::steal<nb::str>(PyUnicode_InternFromString(names[i]));
+  for (size_t i = 0; i < N; ++i) {
+    PyObject* name = PyUnicode_InternFromString(names[i]);
+    if (name == nullptr) throw nb::python_error();
+    (*out)[i] = nb::steal<nb::str>(name);
+  }
   return *out;
 }
 

@@ -163,7 +163,8 @@ struct CallInputs {
     common.read(m, v, optional);
     for (const int32_t i : {QslCpu, SeqLens, UpperBound, Qsl, IsPrefilling})
       arrays[static_cast<size_t>(i)] = std::move(v[static_cast<size_t>(i)]);
-    if (arrays[UpperBound].is_none()) arrays[UpperBound] = get_attr(m, nb::str("seq_lens_cpu"));
+    static const nb::str* exact = new nb::str("seq_lens_cpu");  // never destroyed
+    if (arrays[UpperBound].is_none()) arrays[UpperBound] = get_attr(m, *exact);
     arrays[Drafts] = drafts.is_valid() ? nb::borrow(drafts) : nb::none();
     arrays[Accepted] = accepted.is_valid() ? nb::borrow(accepted) : nb::none();
     num_actual_tokens = std::move(v[NumActualTokens]);
