@@ -25,9 +25,9 @@ class MetadataBuilder::Impl {
   Impl(BuilderKind kind, const Config& config, const BuilderOptions& options)
       : kind_(kind), config_(config), options_(options) {
     validate_config(config, kind);
-    if (options.num_groups < 1)
-      throw Error(
-          fmt::format("linmeta: options.num_groups = {} must be at least 1", options.num_groups));
+    if (options.num_groups < 1 || options.num_groups > kMaxNumGroups)
+      throw Error(fmt::format("linmeta: options.num_groups = {} is outside [1, kMaxNumGroups = {}]",
+                              options.num_groups, kMaxNumGroups));
     layout_ =
         BufferLayout::of(Capacity::of(config, kind), config.full_cuda_graph, options.num_groups);
     for (auto& p : plans_) reserve_plan(p, config);
@@ -152,35 +152,40 @@ MetadataBuilder::~MetadataBuilder() = default;
 MetadataBuilder::MetadataBuilder(MetadataBuilder&&) noexcept = default;
 MetadataBuilder& MetadataBuilder::operator=(MetadataBuilder&&) noexcept = default;
 
+MetadataBuilder::Impl& MetadataBuilder::impl() const {
+  if (!impl_) throw Error("linmeta: this MetadataBuilder was moved from; it holds no builder");
+  return *impl_;
+}
+
 const Metadata& MetadataBuilder::build(const Step& step, Stream stream) {
-  return impl_->build(step, {&step.block_table, 1}, stream, false)[0];
+  return impl().build(step, {&step.block_table, 1}, stream, false)[0];
 }
 const Metadata& MetadataBuilder::build_for_cudagraph_capture(const Step& step, Stream stream) {
-  return impl_->build(step, {&step.block_table, 1}, stream, true)[0];
+  return impl().build(step, {&step.block_table, 1}, stream, true)[0];
 }
 std::span<const Metadata> MetadataBuilder::build_groups(const Step& step,
                                                         std::span<const BlockTable> tables,
                                                         Stream stream) {
-  return impl_->build(step, tables, stream, false);
+  return impl().build(step, tables, stream, false);
 }
 std::span<const Metadata> MetadataBuilder::build_groups_for_cudagraph_capture(
     const Step& step, std::span<const BlockTable> tables, Stream stream) {
-  return impl_->build(step, tables, stream, true);
+  return impl().build(step, tables, stream, true);
 }
 Metadata MetadataBuilder::update_block_table(const Metadata& metadata, const BlockTable& table,
                                              int32_t group, Stream stream) {
-  return impl_->update_block_table(metadata, table, group, stream);
+  return impl().update_block_table(metadata, table, group, stream);
 }
-const Config& MetadataBuilder::config() const { return impl_->config_; }
-BuilderKind MetadataBuilder::kind() const { return impl_->kind_; }
-Target MetadataBuilder::target() const { return impl_->options_.target; }
-int32_t MetadataBuilder::num_groups() const { return impl_->options_.num_groups; }
-const BuildTiming& MetadataBuilder::last_timing() const { return impl_->timing_; }
-int64_t MetadataBuilder::last_upload_bytes() const { return impl_->last_upload_bytes_; }
+const Config& MetadataBuilder::config() const { return impl().config_; }
+BuilderKind MetadataBuilder::kind() const { return impl().kind_; }
+Target MetadataBuilder::target() const { return impl().options_.target; }
+int32_t MetadataBuilder::num_groups() const { return impl().options_.num_groups; }
+const BuildTiming& MetadataBuilder::last_timing() const { return impl().timing_; }
+int64_t MetadataBuilder::last_upload_bytes() const { return impl().last_upload_bytes_; }
 int32_t MetadataBuilder::last_launch_param_bytes() const {
-  return impl_->executor_->last_param_bytes();
+  return impl().executor_->last_param_bytes();
 }
-int64_t MetadataBuilder::pinned_bytes() const { return impl_->executor_->pinned_bytes(); }
-int64_t MetadataBuilder::buffer_bytes() const { return impl_->executor_->buffer_bytes(); }
+int64_t MetadataBuilder::pinned_bytes() const { return impl().executor_->pinned_bytes(); }
+int64_t MetadataBuilder::buffer_bytes() const { return impl().executor_->buffer_bytes(); }
 
 }  // namespace linmeta

@@ -84,6 +84,15 @@ void validate_config(const Config& c, BuilderKind kind) {
   if (c.mamba_cache_mode != CacheMode::None && c.mamba_cache_mode != CacheMode::All &&
       c.mamba_cache_mode != CacheMode::Align)
     fail(fmt::format("config.mamba_cache_mode = {} is none of none (0), all (1), align (2)", mode));
+  if (c.profile != Profile::Seed && c.profile != Profile::Vllm034)
+    fail(fmt::format("config.profile = {} is none of seed (0), vllm-0.34 (1)",
+                     static_cast<int32_t>(c.profile)));
+  if (c.prefill_backend != PrefillBackend::Triton &&
+      c.prefill_backend != PrefillBackend::FlashInfer &&
+      c.prefill_backend != PrefillBackend::FlashKda)
+    fail(fmt::format(
+        "config.prefill_backend = {} is none of triton (0), flashinfer (1), flashkda (2)",
+        static_cast<int32_t>(c.prefill_backend)));
   if (kind == BuilderKind::Gdn && c.use_recoverssm)
     fail("config.use_recoverssm is a KDA option; the GDN builder does not support it");
   validate_profile(c, kind);

@@ -16,9 +16,13 @@ namespace linmeta {
 /// Same type as cudaStream_t; nullptr is the legacy default stream.
 using Stream = CUstream_st*;
 
+/// Upper bound of BuilderOptions::num_groups.
+inline constexpr int32_t kMaxNumGroups = 64;
+
 struct BuilderOptions {
   Target target = Target::Host;
-  /// KV-cache groups this builder serves (each owns its persistent buffers).
+  /// KV-cache groups this builder serves (each owns its persistent buffers), in
+  /// [1, kMaxNumGroups].
   int32_t num_groups = 1;
   /// Pinned staging slots cycled by eager builds (cuda target).
   int32_t staging_slots = 4;
@@ -43,6 +47,7 @@ class MetadataBuilder {
  public:
   MetadataBuilder(BuilderKind kind, const Config& config, const BuilderOptions& options = {});
   ~MetadataBuilder();
+  /// A moved-from builder holds nothing: every call on it throws linmeta::Error.
   MetadataBuilder(MetadataBuilder&&) noexcept;
   MetadataBuilder& operator=(MetadataBuilder&&) noexcept;
   MetadataBuilder(const MetadataBuilder&) = delete;
@@ -86,6 +91,9 @@ class MetadataBuilder {
   class Impl;
 
  private:
+  /// The implementation; throws linmeta::Error on a moved-from builder.
+  [[nodiscard]] Impl& impl() const;
+
   std::unique_ptr<Impl> impl_;
 };
 

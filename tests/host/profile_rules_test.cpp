@@ -147,6 +147,24 @@ TEST(ProfileRules, K4CheckpointRule) {
   EXPECT_EQ(vec(v.checkpoint->state_indices), (Ints{102, 0, 118}));
 }
 
+// K4 / R5 with a host upper bound at INT32_MAX: computed in 64 bits, as vLLM's Python
+// integers (in 32 bits ceil(INT32_MAX / B) wraps and the row loses its checkpoint). Block
+// B = 2^20; the query of 2^21 - 1 tokens starts at 2^31 - 2^21, on the grid; the checkpoint
+// sits at the last block boundary before the end, offset 2^20, column ceil(seq / B) - 2 = 2046.
+TEST(ProfileRules, K4CheckpointRuleAtTheInt32Limit) {
+  constexpr int32_t kBlock = 1 << 20, kQuery = (1 << 21) - 1;
+  HostStep s;
+  s.lens({kQuery}).seq({INT32_MAX}).prefilling({1}).iota_table(2048, 2048);
+  Config c = config(BuilderKind::Kda, Profile::Vllm034, 0, CacheMode::Align);
+  c.block_size = kBlock;
+  c.max_num_batched_tokens = 1 << 22;
+  c.num_prefill_checkpoint_blocks = 1;
+  const Built v = build(BuilderKind::Kda, c, s);
+  ASSERT_TRUE(v.checkpoint.has_value());
+  EXPECT_EQ(vec(v.checkpoint->checkpoint_offsets), (Ints{kBlock}));
+  EXPECT_EQ(vec(v.checkpoint->state_indices), (Ints{s.bt(0, 2046)}));
+}
+
 // K5 / K6 on the planner's data (not in the metadata yet): spec rows first, then a prefill.
 TEST(ProfileRules, K5K6TokenStartsAndFlashInferOrder) {
   HostStep s;
