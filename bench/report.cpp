@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "bench.hpp"
-#include "names.hpp"
+#include "linmeta/names.hpp"
 
 namespace linmeta {
 

@@ -5,7 +5,7 @@
 
 #include "bench.hpp"
 #include "case_file.hpp"
-#include "names.hpp"
+#include "linmeta/names.hpp"
 
 namespace linmeta::bench {
 

@@ -276,7 +276,8 @@ Config to_config(const FuzzConfig& f) {
 /// Whether a valid configuration is small enough to construct here.
 bool small_enough(const Config& c, int32_t groups) {
   if (groups < 1) return true;  // rejected by the constructor (no upper limit on groups)
-  const int64_t rows = std::max<int64_t>(c.decode_cudagraph_max_bs(), c.max_num_seqs);
+  const int64_t rows =
+      std::max<int64_t>(c.decode_cudagraph_max_bs(BuilderKind::Gdn), c.max_num_seqs);
   const int64_t per_group = rows * (c.num_spec + 9);
   const int64_t batch = 12 * static_cast<int64_t>(c.max_num_seqs) + 4 * c.max_num_batched_tokens;
   return per_group * groups + batch <= kMaxBufferElements;

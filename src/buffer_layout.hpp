@@ -1,6 +1,6 @@
 // The builder's output block, laid out from the output table (linmeta/outputs.hpp):
-// [batch-level eager buffers][group 0 buffers][group 1 buffers]... Each row of the
-// table has an eager buffer and, with FULL graphs, a staged one (always per group).
+// [batch-level eager buffers][group 0 buffers][group 1 buffers]... Each array row of the
+// builder's kind has an eager buffer and, with FULL graphs, a staged one (always per group).
 #pragma once
 
 #include <array>
@@ -47,6 +47,8 @@ struct BufferLayout {
     switch (cap) {
       case Cap::None:
       case Cap::View:
+      case Cap::Host:
+      case Cap::Input:
         return 0;
       case Cap::Rows:
         return R;
@@ -60,6 +62,10 @@ struct BufferLayout {
         return 2 * static_cast<int64_t>(k.chunks);
       case Cap::Conv:
         return k.conv;
+      case Cap::MambaChunks:
+        return k.mamba_chunks;
+      case Cap::MambaChunksPlus1:
+        return k.mamba_chunks + 1;
       case Cap::Graph:
         return G;
       case Cap::GraphPlus1:
@@ -72,14 +78,17 @@ struct BufferLayout {
     return 0;
   }
 
-  static BufferLayout of(const Capacity& k, bool full_cuda_graph, int32_t num_groups) {
+  /// Buffers for the rows of builder kind `kind` (plus the internal rows).
+  static BufferLayout of(const Capacity& k, BuilderKind kind, bool full_cuda_graph,
+                         int32_t num_groups) {
     BufferLayout l;
     l.num_groups = num_groups;
     int64_t group = 0, batch = 0;
     for (const OutputSpec& spec : kOutputs) {
       for (const bool staged : {false, true}) {
         const Buf b{spec.id, staged};
-        const int64_t n = elements(staged ? spec.staged : spec.eager, k, full_cuda_graph);
+        const int64_t n =
+            spec.has(kind) ? elements(staged ? spec.staged : spec.eager, k, full_cuda_graph) : 0;
         const auto i = static_cast<size_t>(spec.id);
         l.capacity[i][staged ? 1 : 0] = n;
         int64_t& cursor = per_group(b) ? group : batch;

@@ -17,6 +17,10 @@ constexpr int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
 /// Python's a % b (b > 0): in [0, b).
 constexpr int64_t py_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
 
+/// vllm-0.34 GDN: FlashInfer's prefill emits states every N tokens, N a multiple of its
+/// 64-token chunk; a checkpoint plan exists only on such grids (rule R5).
+inline constexpr int32_t kFlashInferCheckpointAlign = 64;
+
 struct CheckpointSite {
   int32_t offset = 0;  ///< into the row's query; 0: none
   int32_t col = -1;    ///< block-table column of the checkpoint's state; -1: none

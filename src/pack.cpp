@@ -56,15 +56,30 @@ JobKind encode(JobArgs&, const AlignedStarts&) { return JobKind::AlignedStarts; 
 /// Largest step arena (int32 words): offsets stay far from int32 overflow.
 constexpr int64_t kMaxArenaWords = int64_t{1} << 28;
 
-[[noreturn]] void internal(const char* what) {
-  throw Error(std::string("linmeta: internal error: ") + what);
-}
+/// The rows of one prefill-checkpoint composite (LINMETA_CHECKPOINT_ROWS).
+struct CheckpointRows {
+  Out parent, offsets, state_indices, host_offsets, query_lens, request_rows, block_cols;
+};
+constexpr CheckpointRows kCheckpoint{Out::Checkpoint,
+                                     Out::CheckpointOffsets,
+                                     Out::CheckpointStateIndices,
+                                     Out::CheckpointHostOffsets,
+                                     Out::CheckpointQueryLens,
+                                     Out::CheckpointRequestRows,
+                                     Out::CheckpointBlockCols};
+constexpr CheckpointRows kCheckpointMeta{Out::CheckpointMeta,
+                                         Out::CheckpointMetaOffsets,
+                                         Out::CheckpointMetaStateIndices,
+                                         Out::CheckpointMetaHostOffsets,
+                                         Out::CheckpointMetaQueryLens,
+                                         Out::CheckpointMetaRequestRows,
+                                         Out::CheckpointMetaBlockCols};
 
 class Packer {
  public:
   Packer(const StepPlan& p, const Config& c, BuilderKind kind, const BufferLayout& l,
          ArenaSpan arena, PackedStep& out)
-      : p_(p), c_(c), kda_(kind == BuilderKind::Kda), l_(l), arena_(arena), out_(out) {}
+      : p_(p), c_(c), kind_(kind), l_(l), arena_(arena), out_(out) {}
 
   /// `tables` holds group_count references (count mode: none are read).
   void run(PackMode mode, std::span<const TableRef> tables, int32_t group_begin,
@@ -72,13 +87,16 @@ class Packer {
 
  private:
   [[nodiscard]] bool counting() const { return arena_.data == nullptr; }
+  [[nodiscard]] bool kda() const { return kind_ == BuilderKind::Kda; }
 
   /// Reserves n words (written by `fill` unless counting); returns their offset.
   template <class Fill>
   int32_t reserve(int64_t n, Fill&& fill) {
     const auto at = static_cast<int32_t>(words_);
     if (!counting()) {
-      if (words_ + n > arena_.capacity) internal("step arena overflow");
+      if (words_ + n > arena_.capacity)
+        throw InternalError(fmt::format("step arena overflow: {} words past the {} counted",
+                                        words_ + n - arena_.capacity, arena_.capacity));
       fill(arena_.data + at);
     }
     words_ += n;
@@ -99,21 +117,33 @@ class Packer {
   int32_t put_rows(const RowList& rows) {
     return rows.identity ? kIdentity : put(rows.idx.data(), rows.n);
   }
+  /// The rows as values (an identity list written out).
+  int32_t put_row_values(const RowList& rows) {
+    if (!rows.identity) return put(rows.idx.data(), rows.n);
+    return reserve(rows.n, [&](int32_t* dst) {
+      for (int32_t i = 0; i < rows.n; ++i) dst[i] = i;
+    });
+  }
   int32_t put_cumsum(const Cumsum& c) { return c.is_qsl ? qsl_ : put(c.v.data(), c.n + 1); }
 
   /// Adds the job writing `count` elements of output `out` (its staged buffer when
-  /// `staged`) and returns the view of them.
+  /// `staged`) and returns the view of them (`count` rows; Slots rows set their own).
   template <class Args>
   FieldView& emit(Out out, bool staged, int32_t count, const Args& args,
                   DType dtype = DType::Int32) {
     const Buf buf{out, staged};
     const bool pairs = std::is_same_v<Args, ChunkIndexPairs>;
     const int64_t elems = static_cast<int64_t>(count) * (pairs ? 2 : 1);
-    if (!counting() && elems > l_.capacity_of(buf)) internal("output exceeds its buffer capacity");
+    if (!counting() && elems > l_.capacity_of(buf))
+      throw InternalError(fmt::format("{} elements of {}{} exceed its buffer of {}", elems,
+                                      output_spec(out).name, staged ? " (staged)" : "",
+                                      l_.capacity_of(buf)));
     if (dtype_size(dtype) > dtype_size(output_spec(out).dtype))
-      internal("output wider than its buffer's element type");
+      throw InternalError(
+          fmt::format("{} written wider than its buffer's element type", output_spec(out).name));
     if (count > 0 || counting()) {  // count mode: sizes are not known, every job may run
-      if (num_jobs_ == static_cast<int32_t>(jobs_.size())) internal("job table overflow");
+      if (num_jobs_ == static_cast<int32_t>(jobs_.size()))
+        throw InternalError("job table overflow");
       Job& job = jobs_[static_cast<size_t>(num_jobs_++)];
       job = Job{};
       job.kind = encode(job.args, args);
@@ -131,25 +161,60 @@ class Packer {
     return v;
   }
   FieldView& view(Out out) { return out_.views[static_cast<size_t>(out)]; }
+  /// A scalar (count, set optional, flag) or a present composite.
+  void set(Out out, int64_t value = 0) {
+    FieldView& v = view(out);
+    v = FieldView{};
+    v.present = true;
+    v.value = value;
+  }
+  /// An array in the plan's host memory.
+  template <class T>
+  void host(Out out, std::span<T> data, int32_t rows) {
+    FieldView& v = view(out);
+    v = FieldView{};
+    v.present = true;
+    v.source = Source::Plan;
+    v.host = data.data();
+    v.rows = rows;
+    v.dtype = dtype_of<T>();
+  }
+  /// One of the step's own arrays.
+  void input(Out out, StepInput which, int32_t rows) {
+    FieldView& v = view(out);
+    v = FieldView{};
+    v.present = true;
+    v.source = Source::Input;
+    v.input = which;
+    v.rows = rows;
+  }
   static FieldView slice(FieldView v, int32_t skip) {
     v.offset += skip;
     v.rows -= skip;
     return v;
   }
 
-  void state_indices();
+  void counts();
+  // GDN and KDA.
+  void gdn_gathers();
   void masks_and_tokens();
   void cumsums_and_accepted();
   void prefill();
-  void checkpoints();
   void kda_extras();
   void flashinfer_extras();
-  void checkpoint_gather(int32_t cols);
+  // The Mamba base builders and linear attention.
+  void mamba_gathers();
+  void mamba_fields();
+  // Shared.
+  void conv1d();
+  void checkpoint_gather(const CheckpointRows& rows, int32_t cols);
+  void checkpoints(const CheckpointRows& rows);
+  [[nodiscard]] AcceptedFrom accepted_from() const;
   void finish(std::span<const TableRef> tables, int32_t group_begin);
 
   const StepPlan& p_;
   const Config& c_;
-  bool kda_;
+  BuilderKind kind_;
   const BufferLayout& l_;
   ArenaSpan arena_;
   PackedStep& out_;
@@ -169,54 +234,88 @@ void Packer::run(PackMode mode, std::span<const TableRef> tables, int32_t group_
   qsl_ = put(p_.qsl.data(), n + 1);
   ns_rows_ = put_rows(p_.ns_rows);
   sp_rows_ = p_.path != Path::NoSpec ? put_rows(p_.sp_rows) : kIdentity;
-  state_indices();
+  const bool gdn = is_gdn_family(kind_);
+  const CheckpointRows& cp = kind_ == BuilderKind::Mamba2 ? kCheckpointMeta : kCheckpoint;
+  if (gdn)
+    gdn_gathers();
+  else
+    mamba_gathers();
   if (mode == PackMode::GathersOnly) {
-    if (p_.checkpoint) checkpoint_gather(put(p_.cp_cols.data(), p_.ns_rows.n));
+    if (p_.checkpoint.present)
+      checkpoint_gather(cp, put(p_.checkpoint.cols.data(), p_.checkpoint.rows.n));
   } else {
-    if (p_.path != Path::NoSpec) mask_ = put(p_.mask.data(), n);
-    if (p_.ns_qsl.present) ns_qsl_ = put_cumsum(p_.ns_qsl);
-    if (p_.sp_qsl.present) sp_qsl_ = put_cumsum(p_.sp_qsl);
-    masks_and_tokens();
-    cumsums_and_accepted();
-    prefill();
-    checkpoints();
-    if (kda_) kda_extras();
-    flashinfer_extras();
+    counts();
+    if (gdn) {
+      if (p_.path != Path::NoSpec) mask_ = put(p_.mask.data(), n);
+      if (p_.ns_qsl.present) ns_qsl_ = put_cumsum(p_.ns_qsl);
+      if (p_.sp_qsl.present) sp_qsl_ = put_cumsum(p_.sp_qsl);
+      masks_and_tokens();
+      cumsums_and_accepted();
+      prefill();
+      if (kda()) kda_extras();
+      flashinfer_extras();
+    } else {
+      mamba_fields();
+    }
+    conv1d();
+    checkpoints(cp);
     // What update_block_table re-gathers from, instead of the caller's seq_lens.
     if (c_.mamba_cache_mode == CacheMode::Align) emit(Out::AlignedStart, false, n, AlignedStarts{});
   }
   finish(tables, group_begin);
 }
 
+void Packer::counts() {
+  set(Out::NumPrefills, p_.num_prefills);
+  set(Out::NumPrefillTokens, p_.num_prefill_tokens);
+  set(Out::NumDecodes, p_.num_decodes);
+  set(Out::NumDecodeTokens, p_.num_decode_tokens);
+  set(Out::NumSpecDecodes, p_.num_spec_decodes);
+  set(Out::NumSpecDecodeTokens, p_.num_spec_decode_tokens);
+  set(Out::NumActualTokens, p_.num_actual_tokens);
+  set(Out::NumReqs, p_.num_reqs);
+  if (p_.uniform_spec_len >= 0) set(Out::UniformSpecSequenceLength, p_.uniform_spec_len);
+  if (p_.spec_token_start >= 0) set(Out::SpecTokenStart, p_.spec_token_start);
+  if (p_.non_spec_token_start >= 0) set(Out::NonSpecTokenStart, p_.non_spec_token_start);
+}
+
 // Rows staged into the persistent buffers: the request count, cut to the buffer
 // (the reference slices a [D]-sized tensor with [:num_reqs]).
-void Packer::state_indices() {
+void Packer::gdn_gathers() {
   const int32_t B = p_.num_reqs;
-  const int32_t D = c_.decode_cudagraph_max_bs();
+  const int32_t D = c_.decode_cudagraph_max_bs(kind_);
   const int32_t S = p_.spec_state_cols;
   const int32_t N = p_.num_spec_decodes;
   if (p_.path != Path::NoSpec) {
-    const int32_t rows = p_.stage_spec ? (kda_ ? B : std::min(B, D)) : N;
+    const int32_t rows = p_.stage_spec ? (kda() ? B : std::min(B, D)) : N;
     // cols 0: each group's own spec columns (a table narrower than S gives fewer).
-    FieldView& v = emit(Out::SpecStateIndices, p_.stage_spec, rows * S,
-                        GatherState{.rows = sp_rows_, .n_real = N, .n_rows = rows, .cols = 0});
-    v.rows = rows;
-    v.cols = S;
-    v.ndim = 2;
+    emit(Out::SpecStateIndices, p_.stage_spec, rows * S,
+         GatherState{.rows = sp_rows_, .n_real = N, .n_rows = rows, .cols = 0})
+        .rows = rows;
   }
-  if (!p_.ns_state) return;
-  const int32_t rows = p_.stage_decode ? std::min(B, D) : p_.ns_rows.n;
-  const int32_t real = p_.stage_decode ? p_.num_decodes : p_.ns_rows.n;
-  emit(Out::NonSpecStateIndices, p_.stage_decode, rows,
-       GatherState{.rows = ns_rows_, .n_real = real, .n_rows = rows, .cols = 1});
-  // Decodes peeled off the front in a mixed non-spec batch (SPEC §7 C).
-  if (p_.prefill_fields)
-    view(Out::PrefillStateIndices) = slice(view(Out::NonSpecStateIndices), p_.peel_rows);
+  if (p_.ns_state) {
+    const int32_t rows = p_.stage_decode ? std::min(B, D) : p_.ns_rows.n;
+    const int32_t real = p_.stage_decode ? p_.num_decodes : p_.ns_rows.n;
+    emit(Out::NonSpecStateIndices, p_.stage_decode, rows,
+         GatherState{.rows = ns_rows_, .n_real = real, .n_rows = rows, .cols = 1});
+    // Decodes peeled off the front in a mixed non-spec batch (SPEC §7 C).
+    if (p_.prefill_fields)
+      view(Out::PrefillStateIndices) = slice(view(Out::NonSpecStateIndices), p_.peel_rows);
+  }
+  // The reference hands the spec fields themselves to the RecoverSSM commit metadata.
+  if (p_.recoverssm_commit) {
+    set(Out::RecoverSsmCommit);
+    view(Out::RecoverSsmStateIndices) = view(Out::SpecStateIndices);
+    if (p_.commit_align) {
+      set(Out::RecoverSsmAlign);
+      input(Out::RecoverSsmBlockTable, StepInput::BlockTable, B);
+    }
+  }
 }
 
 void Packer::masks_and_tokens() {
   const int32_t B = p_.num_reqs;
-  const int32_t D = c_.decode_cudagraph_max_bs();
+  const int32_t D = c_.decode_cudagraph_max_bs(kind_);
   if (p_.mask_output) {
     if (p_.stage_spec)
       emit(Out::SpecSequenceMasks, true, std::min(B, D),
@@ -238,7 +337,7 @@ void Packer::masks_and_tokens() {
 
 void Packer::cumsums_and_accepted() {
   const int32_t B = p_.num_reqs;
-  const int32_t D = c_.decode_cudagraph_max_bs();
+  const int32_t D = c_.decode_cudagraph_max_bs(kind_);
   const int32_t N = p_.num_spec_decodes;
   if (p_.path != Path::NoSpec) {
     const bool st = p_.stage_spec;
@@ -248,10 +347,11 @@ void Packer::cumsums_and_accepted() {
     emit(Out::SpecQueryStartLoc, st, rows + 1,
          CopyValues{.src = sp_qsl_, .n_real = N + 1, .add = 0});
     emit(Out::NumAcceptedTokens, st, rows, AcceptedCounts{.rows = sp_rows_, .n_real = N});
+    if (p_.recoverssm_commit) view(Out::RecoverSsmQueryStartLoc) = view(Out::SpecQueryStartLoc);
   }
   if (p_.ns_qsl_output) {
     const int32_t ns = p_.ns_qsl.n;
-    const bool st = p_.stage_decode && !kda_;
+    const bool st = p_.stage_decode && !kda();
     const int32_t rows = st ? std::min(B, D) : ns;
     const int32_t real = st ? p_.num_decodes : ns;
     emit(Out::NonSpecQueryStartLoc, st, rows + 1,
@@ -263,14 +363,6 @@ void Packer::prefill() {
   const int32_t ns = p_.ns_rows.n;
   if (p_.has_initial_state)
     emit(Out::HasInitialState, false, ns, InitialState{.rows = ns_rows_}, DType::Bool);
-  if (p_.conv) {
-    const int32_t offsets = put(p_.conv_offsets.data(), p_.conv_seqs + 1);
-    const auto cap = static_cast<int32_t>(l_.capacity_of(Buf{Out::BatchPtr, false}));
-    emit(Out::BatchPtr, false, cap,
-         ConvPrograms{.n_seqs = p_.conv_seqs, .offsets = offsets, .chunk = 0});
-    emit(Out::TokenChunkOffsetPtr, false, cap,
-         ConvPrograms{.n_seqs = p_.conv_seqs, .offsets = offsets, .chunk = 1});
-  }
   if (!p_.prefill_fields) return;
   // Decodes peeled off the front in a mixed non-spec batch (SPEC §7 C).
   const int32_t peel = p_.peel_rows;
@@ -284,33 +376,20 @@ void Packer::prefill() {
     const int32_t offsets = put(p_.chunk_offsets.data(), p_.chunk_seqs + 1);
     const int32_t starts = put(p_.chunk_starts.data(), p_.chunk_nonempty + 1);
     const int32_t chunks = p_.chunk_offsets[static_cast<size_t>(p_.chunk_seqs)];
-    FieldView& v = emit(Out::ChunkIndices, false, chunks,
-                        ChunkIndexPairs{.n_nonempty = p_.chunk_nonempty, .starts = starts});
-    v.cols = 2;
-    v.ndim = 2;
+    emit(Out::ChunkIndices, false, chunks,
+         ChunkIndexPairs{.n_nonempty = p_.chunk_nonempty, .starts = starts});
     emit(Out::ChunkOffsets, false, p_.chunk_seqs + 1,
          CopyValues{.src = offsets, .n_real = p_.chunk_seqs + 1, .add = 0}, DType::Int64);
   }
-}
-
-void Packer::checkpoint_gather(int32_t cols) {
-  emit(Out::CheckpointStateIndices, false, p_.ns_rows.n,
-       CheckpointGather{.rows = ns_rows_, .cols = cols});
-}
-
-/// Prefill checkpoints (KDA; GDN in vllm-0.34), over the non-spec rows.
-void Packer::checkpoints() {
-  if (!p_.checkpoint) return;
-  const int32_t ns = p_.ns_rows.n;
-  const int32_t offsets = put(p_.cp_offsets.data(), ns);
-  emit(Out::CheckpointOffsets, false, ns, CopyValues{.src = offsets, .n_real = ns, .add = 0});
-  checkpoint_gather(put(p_.cp_cols.data(), ns));
 }
 
 /// vllm-0.34 FlashInfer prefill fields (docs/semantics.md R5, K6), int64 as vLLM's.
 void Packer::flashinfer_extras() {
   if (p_.fi_checkpoint_plan) {
     const int32_t n = p_.fi_prefill_rows + 1;
+    set(Out::FlashInferCheckpointPlan);
+    set(Out::FlashInferCheckpointEveryN, p_.fi_every_n);
+    set(Out::FlashInferCheckpointCount, p_.fi_cu_starts[static_cast<size_t>(p_.fi_prefill_rows)]);
     emit(Out::FlashInferCheckpointCuStarts, false, n,
          CopyValues{.src = put(p_.fi_cu_starts.data(), n), .n_real = n, .add = 0}, DType::Int64);
     const int32_t rows = p_.ns_rows.n;
@@ -333,7 +412,126 @@ void Packer::kda_extras() {
   if (p_.request_indices)
     emit(Out::RecoverSsmRequestIndices, false, p_.sp_rows.n,
          CopyValues{.src = sp_rows_, .n_real = p_.sp_rows.n, .add = 0});
-  if (p_.commit_align) emit(Out::RecoverSsmNumComputed, false, p_.num_reqs, ComputedTokens{});
+  if (p_.commit_align) {
+    emit(Out::RecoverSsmNumComputed, false, p_.num_reqs, ComputedTokens{});
+    set(Out::RecoverSsmBlockSize, c_.block_size);
+  }
+}
+
+/// M3 / L1: the state indices of the Mamba family and linear attention.
+void Packer::mamba_gathers() {
+  const int32_t n = p_.num_reqs;
+  if (kind_ == BuilderKind::Linear) {
+    emit(Out::StateIndicesTensor, false, n,
+         GatherState{.rows = kIdentity, .n_real = n, .n_rows = n, .cols = 1});
+    return;
+  }
+  const int32_t nd = p_.num_decodes, np = p_.num_prefills;
+  const int32_t S = p_.spec_state_cols;
+  // Staged: the persistent [D, S] buffer's first num_reqs rows (= the decode rows: a step
+  // with no prefills has only decode rows).
+  const int32_t rows = p_.stage_decode ? n : nd;
+  emit(Out::StateIndicesTensorD, p_.stage_decode, rows * S,
+       GatherState{.rows = kIdentity, .n_real = nd, .n_rows = rows, .cols = 0})
+      .rows = rows;
+  emit(Out::StateIndicesTensorP, false, np,
+       GatherState{.rows = ns_rows_, .n_real = np, .n_rows = np, .cols = 1});
+}
+
+/// M3–M5: every other field of the Mamba family and linear attention.
+void Packer::mamba_fields() {
+  const int32_t n = p_.num_reqs;
+  const int32_t nd = p_.num_decodes, np = p_.num_prefills;
+  input(Out::SeqLens, StepInput::SeqLens, n);
+  if (kind_ == BuilderKind::Linear) {
+    input(Out::QueryStartLoc, StepInput::QueryStartLoc, n + 1);
+    return;
+  }
+  switch (p_.mamba_accepted) {
+    case MambaAccepted::None:
+      break;
+    case MambaAccepted::Passthrough:  // a capture build's are the query lengths
+      if (p_.accepted_from_query_lens)
+        emit(Out::NumAcceptedTokens, false, n, AcceptedCounts{.rows = kIdentity, .n_real = n});
+      else
+        input(Out::NumAcceptedTokens, StepInput::Accepted, n);
+      break;
+    case MambaAccepted::DecodeRows:
+      emit(Out::NumAcceptedTokens, p_.stage_decode, p_.stage_decode ? n : nd,
+           AcceptedCounts{.rows = kIdentity, .n_real = nd});
+      emit(Out::QueryStartLocD, false, nd + 1, CopyValues{.src = qsl_, .n_real = nd + 1, .add = 0});
+      break;
+  }
+  if (np > 0) {
+    emit(Out::HasInitialStatesP, false, np, InitialState{.rows = ns_rows_}, DType::Bool);
+    emit(Out::QueryStartLocP, false, np + 1,
+         CopyValues{.src = qsl_ + nd, .n_real = np + 1, .add = -p_.num_decode_tokens});
+  }
+  if (kind_ != BuilderKind::Mamba2) return;
+  set(Out::PrepInitialStates, p_.prep_initial_states ? 1 : 0);
+  set(Out::ChunkSize, c_.chunk_size);
+  if (!p_.mamba_chunks) return;
+  const int32_t chunks = p_.num_chunks;
+  emit(Out::CuChunkSeqlenP, false, chunks + 1,
+       CopyValues{.src = put(p_.cu_chunk.data(), chunks + 1), .n_real = chunks + 1, .add = 0});
+  emit(Out::SeqIdxP, false, chunks,
+       CopyValues{.src = put(p_.seq_idx.data(), chunks), .n_real = chunks, .add = 0});
+  emit(Out::LastChunkIndicesP, false, np,
+       CopyValues{.src = put(p_.last_chunk.data(), np), .n_real = np, .add = 0});
+  if (p_.checkpoint_chunks)
+    emit(Out::CheckpointChunkIdx, false, np,
+         CopyValues{.src = put(p_.ckpt_chunk.data(), np), .n_real = np, .add = 0}, DType::Int64);
+}
+
+/// vLLM's causal-conv1d metadata (SPEC §6): the padded program arrays on the target, the
+/// per-sequence counts and the program lists in the plan's host memory.
+void Packer::conv1d() {
+  if (!p_.conv) return;
+  const int32_t seqs = p_.conv_seqs;
+  const int32_t tot = p_.conv_offsets[static_cast<size_t>(seqs)];
+  const int32_t offsets = put(p_.conv_offsets.data(), seqs + 1);
+  // vLLM's arrays hold MAX_NUM_PROGRAMS = 2 * max(1024, tot) entries, PAD_SLOT_ID past tot.
+  const int32_t len = 2 * std::max(1024, tot);
+  emit(Out::BatchPtr, false, len, ConvPrograms{.n_seqs = seqs, .offsets = offsets, .chunk = 0});
+  emit(Out::TokenChunkOffsetPtr, false, len,
+       ConvPrograms{.n_seqs = seqs, .offsets = offsets, .chunk = 1});
+  set(Out::NumsDict);
+  host(Out::NumsDictNums, p_.conv_nums, seqs);
+  set(Out::NumsDictTot, tot);
+  host(Out::NumsDictMlist, p_.conv_mlist, tot);
+  set(Out::NumsDictMlistLen, tot);
+  host(Out::NumsDictOffsetlist, p_.conv_offsetlist, tot);
+  view(Out::NumsDictBatchPtr) = view(Out::BatchPtr);
+  view(Out::NumsDictTokenChunkOffsetPtr) = view(Out::TokenChunkOffsetPtr);
+}
+
+void Packer::checkpoint_gather(const CheckpointRows& rows, int32_t cols) {
+  emit(rows.state_indices, false, p_.checkpoint.rows.n,
+       CheckpointGather{.rows = put_rows(p_.checkpoint.rows), .cols = cols});
+}
+
+/// Prefill checkpoints (SPEC §8, R5, K4, M4) over the checkpoint rows.
+void Packer::checkpoints(const CheckpointRows& rows) {
+  const CheckpointPlan& cp = p_.checkpoint;
+  if (!cp.present) return;
+  const int32_t n = cp.rows.n;
+  set(rows.parent);
+  const int32_t offsets = put(cp.offsets.data(), n);
+  const int32_t cols = put(cp.cols.data(), n);
+  emit(rows.offsets, false, n, CopyValues{.src = offsets, .n_real = n, .add = 0});
+  checkpoint_gather(rows, cols);
+  host(rows.host_offsets, cp.offsets, n);
+  host(rows.query_lens, cp.query_lens, n);
+  emit(rows.request_rows, false, n,
+       CopyValues{.src = put_row_values(cp.rows), .n_real = n, .add = 0}, DType::Int64);
+  emit(rows.block_cols, false, n, CopyValues{.src = cols, .n_real = n, .add = 0}, DType::Int64);
+}
+
+/// The one rule of where accepted counts come from (validate.cpp: reads_accepted; M3).
+AcceptedFrom Packer::accepted_from() const {
+  if (kda() && c_.use_recoverssm) return AcceptedFrom::Ones;
+  if (p_.capture || p_.accepted_from_query_lens) return AcceptedFrom::QueryLens;
+  return AcceptedFrom::Input;
 }
 
 /// Block ranges, jobs and table references after the data; the header points at them.
@@ -364,32 +562,17 @@ void Packer::finish(std::span<const TableRef> tables, int32_t group_begin) {
   });
   h.align = c_.mamba_cache_mode == CacheMode::Align ? 1 : 0;
   h.block_size = c_.block_size;
-  // The one rule of where accepted counts come from (validate.cpp: reads_accepted).
-  h.accepted_from = (kda_ && c_.use_recoverssm) ? AcceptedFrom::Ones
-                    : p_.capture                ? AcceptedFrom::QueryLens
-                                                : AcceptedFrom::Input;
+  h.accepted_from = accepted_from();
   out_.arena_words = static_cast<int32_t>(words_);
 }
 
-Array view_of(const FieldView& f, const BufferLayout& l, const char* base, int32_t group) {
-  Array a;
-  if (!f.present) return a;
-  a.data = base + l.at(f.buf, group) + f.offset * f.cols * dtype_size(f.dtype);
-  a.dtype = f.dtype;
-  a.rows = f.rows;
-  a.cols = f.cols;
-  a.ndim = f.ndim;
-  a.present = true;
-  return a;
-}
-
 /// A plan with every array of the packer at its largest (for count mode).
-StepPlan largest_plan(const Config& c, BuilderKind kind) {
-  StepPlan p;
-  reserve_plan(p, c);
+StepPlan largest_plan(const Config& c, BuilderKind kind, PlanStorage& storage) {
+  StepPlan p(storage);
   const int32_t R = c.max_num_seqs;
   p.num_reqs = R;
-  p.path = Path::Mixed;
+  p.num_decodes = p.num_prefills = R;
+  p.path = is_gdn_family(kind) ? Path::Mixed : Path::NoSpec;
   p.tokens = StepPlan::Tokens::Partition;
   p.mask_output = p.ns_state = p.ns_qsl_output = true;
   for (RowList* rows : {&p.ns_rows, &p.sp_rows}) {
@@ -404,9 +587,14 @@ StepPlan largest_plan(const Config& c, BuilderKind kind) {
   p.has_initial_state = p.conv = p.prefill_fields = p.chunks = true;
   p.peel_rows = 1;
   p.conv_seqs = p.chunk_seqs = p.chunk_nonempty = R;
-  p.checkpoint = p.fi_checkpoint_plan = p.fi_prefill_qsl = p.fi_seq_order = true;
+  p.checkpoint.present = true;
+  p.checkpoint.rows = p.ns_rows;
+  p.fi_checkpoint_plan = p.fi_prefill_qsl = p.fi_seq_order = true;
   p.fi_prefill_rows = R;
-  if (kind == BuilderKind::Kda) p.request_indices = p.commit_align = true;
+  if (kind == BuilderKind::Kda) p.request_indices = p.commit_align = p.recoverssm_commit = true;
+  p.mamba_accepted = MambaAccepted::DecodeRows;
+  p.mamba_chunks = p.checkpoint_chunks = kind == BuilderKind::Mamba2;
+  p.num_chunks = static_cast<int32_t>(p.seq_idx.size());
   p.spec_state_cols = Capacity::of(c, kind).spec_cols;
   return p;
 }
@@ -420,8 +608,9 @@ int32_t spec_columns(const Config& c, const StepPlan& p, const BlockTable& table
 }
 
 int32_t arena_capacity_words(const Config& c, BuilderKind kind, int32_t num_groups) {
-  const StepPlan plan = largest_plan(c, kind);
-  const BufferLayout layout = BufferLayout::of(Capacity::of(c, kind), c.full_cuda_graph, 1);
+  PlanStorage storage(c, kind);
+  const StepPlan plan = largest_plan(c, kind, storage);
+  const BufferLayout layout = BufferLayout::of(Capacity::of(c, kind), kind, c.full_cuda_graph, 1);
   PackedStep out;
   Packer(plan, c, kind, layout, ArenaSpan{}, out).run(PackMode::Build, {}, 0, num_groups);
   return out.arena_words;
@@ -434,37 +623,68 @@ void pack_step(const StepPlan& plan, const Config& config, BuilderKind kind,
       .run(mode, tables, group_begin, static_cast<int32_t>(tables.size()));
 }
 
-Metadata materialize(const StepPlan& p, const StepViews& v, const BufferLayout& l, const char* base,
-                     int32_t g, Target target, const BlockTable& raw_table, const Config& c) {
-  Metadata m;
-  m.target = target;
-  static_cast<StepCounts&>(m) = p;
-  // Parents of nested fields first, then every output of the table.
-  if (p.conv) {
-    m.conv1d.emplace();
-    m.conv1d->tot = p.conv_offsets[static_cast<size_t>(p.conv_seqs)];
-    m.conv1d->nums = Array{p.conv_nums.data(), DType::Int32, p.conv_seqs, 1, 1, true};
+namespace {
+
+Array array_of(const OutputSpec& spec, const FieldView& f, const BufferLayout& l, const char* base,
+               int32_t group, const StepArrays& in, const Config& c, const StepPlan& p) {
+  Array a;
+  if (!f.present) return a;
+  a.dtype = f.dtype;
+  a.rows = f.rows;
+  a.present = true;
+  a.ndim = spec.shape == Shape::Vec ? 1 : 2;
+  a.cols = spec.shape == Shape::Pairs   ? 2
+           : spec.shape == Shape::Slots ? spec_columns(c, p, in.table)
+                                        : 1;
+  switch (f.source) {
+    case Source::Buffer:
+      a.data = base + l.at(f.buf, group) + f.offset * a.cols * dtype_size(f.dtype);
+      break;
+    case Source::Plan:
+      a.data = f.host;
+      break;
+    case Source::Input:
+      a.data = f.input == StepInput::SeqLens    ? in.seq_lens
+               : f.input == StepInput::Accepted ? in.accepted
+                                                : in.query_start_loc;
+      break;
   }
-  if (p.recoverssm_commit) {
-    m.recoverssm_commit.emplace();
-    if (p.commit_align)
-      m.recoverssm_commit->align = RecoverSsmAlign{raw_table, Array{}, c.block_size};
+  return a;
+}
+
+}  // namespace
+
+void materialize(Metadata& m, BuilderKind kind, const StepPlan& p, const StepViews& views,
+                 const BufferLayout& l, const char* base, int32_t group, const StepArrays& in,
+                 const Config& c, Rows which) {
+  for (const OutputSpec& spec : kOutputs) {
+    if (!spec.is_output() || !spec.has(kind)) continue;
+    if (which == Rows::GroupScoped && spec.scope != Scope::Group) continue;
+    const FieldRef r = spec.field(m);  // after its parent's row: null when that is absent
+    if (!r) continue;
+    const FieldView& f = views[static_cast<size_t>(spec.id)];
+    switch (r.type) {
+      case FieldType::Count:
+        r.count() = static_cast<int32_t>(f.value);
+        break;
+      case FieldType::OptionalInt:
+        r.optional_int() =
+            f.present ? std::optional<int32_t>(static_cast<int32_t>(f.value)) : std::nullopt;
+        break;
+      case FieldType::Flag:
+        r.flag() = f.value != 0;
+        break;
+      case FieldType::Composite:
+        r.composite_set(r.ptr, f.present);
+        break;
+      case FieldType::Table:
+        r.table() = f.present ? in.table : BlockTable{};
+        break;
+      case FieldType::Array:
+        r.array() = array_of(spec, f, l, base, group, in, c, p);
+        break;
+    }
   }
-  if (p.checkpoint) m.checkpoint.emplace();
-  if (p.fi_checkpoint_plan)
-    m.flashinfer_checkpoint_plan = FlashInferCheckpointPlan{
-        p.fi_every_n, p.fi_cu_starts[static_cast<size_t>(p.fi_prefill_rows)], Array{}, Array{}};
-  if (p.spec_token_start >= 0) m.spec_token_start = p.spec_token_start;
-  if (p.non_spec_token_start >= 0) m.non_spec_token_start = p.non_spec_token_start;
-  for (const OutputSpec& spec : kOutputs)
-    if (Array* a = spec.field(m)) *a = view_of(v[static_cast<size_t>(spec.id)], l, base, g);
-  if (m.spec_state_indices_tensor) m.spec_state_indices_tensor.cols = spec_columns(c, p, raw_table);
-  if (p.uniform_spec_len >= 0) m.uniform_spec_sequence_length = p.uniform_spec_len;
-  if (m.recoverssm_commit) {
-    m.recoverssm_commit->state_indices = m.spec_state_indices_tensor;
-    m.recoverssm_commit->query_start_loc = m.spec_query_start_loc;
-  }
-  return m;
 }
 
 }  // namespace linmeta::detail

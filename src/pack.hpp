@@ -1,6 +1,6 @@
 // Packing a StepPlan into the step arena: the data arrays the finish jobs read, the
 // typed job list, the block ranges and the block-table references, plus where each
-// output lives. The FULL-graph staging rules (SPEC §7 D, §8) are applied here.
+// output lives. The FULL-graph staging rules (SPEC §7 D, §8, M3) are applied here.
 #pragma once
 
 #include <array>
@@ -14,15 +14,27 @@
 
 namespace linmeta::detail {
 
-/// Where one output array lives: buffer, first element, shape, element type.
+/// Where an output's data lives.
+enum class Source : int32_t {
+  Buffer,  ///< a buffer of the builder's output block (`buf`)
+  Plan,    ///< host memory of the plan (`host`)
+  Input,   ///< one of the step's own arrays (`input`)
+};
+/// The step arrays an output may be (Cap::Input rows).
+enum class StepInput : int32_t { SeqLens, Accepted, QueryStartLoc, BlockTable };
+
+/// One row of the output table in one step: a scalar's value, a composite's presence, or
+/// where an array lives and its length (its shape's other dimension comes from the table).
 struct FieldView {
-  Buf buf;
-  int64_t offset = 0;  ///< rows into the buffer
-  int64_t rows = 0;
-  int32_t cols = 1;
-  int32_t ndim = 1;
-  DType dtype = DType::Int32;
   bool present = false;
+  int64_t value = 0;  ///< counts, optional ints and flags
+  Source source = Source::Buffer;
+  Buf buf;                               ///< Source::Buffer
+  const void* host = nullptr;            ///< Source::Plan
+  StepInput input = StepInput::SeqLens;  ///< Source::Input
+  int64_t offset = 0;                    ///< rows into the buffer
+  int64_t rows = 0;
+  DType dtype = DType::Int32;
 };
 
 using StepViews = std::array<FieldView, kNumOutputs>;
@@ -44,7 +56,7 @@ struct ArenaSpan {
   int32_t capacity = 0;  ///< words
 };
 
-/// Columns of a spec state row gathered from `table` (SPEC §3).
+/// Columns of a state row gathered from `table` (SPEC §3): Shape::Slots fields.
 [[nodiscard]] int32_t spec_columns(const Config& config, const StepPlan& plan,
                                    const BlockTable& table);
 
@@ -54,14 +66,24 @@ struct ArenaSpan {
                                            int32_t num_groups);
 
 /// Packs `plan` for the groups [group_begin, group_begin + tables.size()). Checks every
-/// write against the arena's capacity and every job against its buffer's.
+/// write against the arena's capacity and every job against its buffer's (InternalError).
 void pack_step(const StepPlan& plan, const Config& config, BuilderKind kind,
                const BufferLayout& layout, std::span<const TableRef> tables, int32_t group_begin,
                PackMode mode, ArenaSpan arena, PackedStep& out);
 
-/// The Metadata of group `group`: views into `base` (the output block).
-Metadata materialize(const StepPlan& plan, const StepViews& views, const BufferLayout& layout,
-                     const char* base, int32_t group, Target target, const BlockTable& raw_table,
-                     const Config& config);
+/// The arrays of the step an Input view may refer to.
+struct StepArrays {
+  const int32_t* seq_lens = nullptr;
+  const int32_t* accepted = nullptr;
+  const int32_t* query_start_loc = nullptr;
+  BlockTable table;  ///< this group's raw table
+};
+
+/// Sets the fields of `m` of the table rows `which` selects (Scope::Group ones only, or all)
+/// for group `group`: views into `base` (the output block), plan or step memory.
+enum class Rows : int32_t { All, GroupScoped };
+void materialize(Metadata& m, BuilderKind kind, const StepPlan& plan, const StepViews& views,
+                 const BufferLayout& layout, const char* base, int32_t group,
+                 const StepArrays& inputs, const Config& config, Rows which);
 
 }  // namespace linmeta::detail

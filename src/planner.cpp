@@ -1,465 +1,130 @@
-// SPEC §4–8: classification of a step into decode / spec-decode / prefill rows,
-// for both builders. The GDN and KDA rules differ only where a `kind` test says so;
-// the vllm-0.34 profile differs from the seed only where a `v034()` test says so, each
-// such branch named by its rule in docs/semantics.md (R1..R5 GDN, K1..K6 KDA; R6 is not
-// modelled, K7 answers in both profiles).
+// Planning a step (SPEC §4–8, docs/semantics.md): validation, the inputs every builder
+// reads, then the builder family's classification (gdn_rules.cpp, mamba_rules.cpp) and
+// the steps they share: causal-conv1d metadata and prefill checkpoints.
 #include <algorithm>
 #include <cstdint>
-#include <numeric>
 
 #include "capacity.hpp"
 #include "checkpoint_rule.hpp"
 #include "cumsum.hpp"
-#include "split.hpp"
+#include "plan_context.hpp"
 #include "step_plan.hpp"
 #include "validate.hpp"
 
 namespace linmeta::detail {
 
-namespace {
-
-// vLLM's split_decodes_and_prefills default, used by the KDA no-spec path.
-constexpr bool kKdaTreatShortExtendsAsDecodes = true;
-
-struct Ctx {
-  const Config& c;
-  BuilderKind kind;
-  const Step& s;
-  bool capture;
-  std::span<const BlockTable> tables;
-  Capacity cap;
-  StepPlan& p;
-
-  const int32_t* drafts = nullptr;   ///< the step's drafts, ql - 1 for a capture, or null
-  const bool* prefilling = nullptr;  ///< is_prefilling, all false when absent
-
-  [[nodiscard]] bool kda() const { return kind == BuilderKind::Kda; }
-  [[nodiscard]] bool v034() const { return c.profile == Profile::Vllm034; }
-};
-
-void reset(StepPlan& p) {
-  static_cast<StepCounts&>(p) = StepCounts{};
-  p.path = Path::NoSpec;
-  p.uniform_spec_len = -1;
-  p.mask_output = false;
-  p.ns_rows.n = p.sp_rows.n = 0;
-  p.ns_rows.identity = p.sp_rows.identity = false;
-  p.ns_state = false;
-  p.ns_qsl.present = p.sp_qsl.present = false;
-  p.ns_qsl_output = false;
-  p.ns_qsl.is_qsl = p.sp_qsl.is_qsl = false;
-  p.ns_qsl.n = p.sp_qsl.n = 0;
-  p.tokens = StepPlan::Tokens::None;
-  p.arange_len = 0;
-  p.prefill_fields = p.has_initial_state = p.chunks = p.conv = false;
-  p.peel_rows = p.peel_tokens = p.chunk_seqs = p.conv_seqs = 0;
-  p.checkpoint = p.recoverssm_commit = p.request_indices = p.commit_align = false;
-  p.fi_checkpoint_plan = false;
-  p.spec_token_start = p.non_spec_token_start = -1;
-  p.fi_prefill_qsl = p.fi_seq_order = false;
-  p.stage_spec = p.stage_decode = false;
+PlanStorage::PlanStorage(const Config& c, BuilderKind kind) {
+  const Capacity cap = Capacity::of(c, kind);
+  rows = static_cast<size_t>(cap.rows);
+  conv_total = kind == BuilderKind::Linear ? 0 : static_cast<size_t>(cap.conv_total);
+  mamba_chunks = static_cast<size_t>(cap.mamba_chunks);
+  // R + 1: qsl, ns_qsl, sp_qsl, chunk_offsets, chunk_starts, conv_offsets, fi_cu_starts;
+  // R: mask, capture_drafts, ns_rows, sp_rows, conv_nums, checkpoint offsets / cols /
+  // query_lens, fi_rows, fi_order, last_chunk, ckpt_chunk; the conv1d offset list; the
+  // Mamba2 chunk arrays.
+  words.assign(7 * (rows + 1) + 12 * rows + conv_total + 2 * mamba_chunks + 1, 0);
+  mlist.assign(conv_total, 0);
+  no_prefilling.assign(rows, 0);
 }
 
-/// SPEC §7 A / §8: fills p.mask and returns the number of spec rows (0: no spec path).
-int32_t detect_spec(Ctx& x) {
-  StepPlan& p = x.p;
-  if (x.c.num_spec == 0 || x.drafts == nullptr) return 0;
-  const bool recover = x.kda() && x.c.use_recoverssm;
-  if (recover) require_is_prefilling(x.s, "by KDA RecoverSSM spec detection");
-  int32_t count = 0, drafted = 0;  // drafted: some spec row carries a draft
-  const int32_t* d = x.drafts;
-  int32_t* mask = p.mask.data();
-  for (int32_t r = 0; r < p.num_reqs; ++r) mask[r] = static_cast<int32_t>(d[r] >= 0);
-  if (recover)  // draftless active decodes go through the spec path too
-    for (int32_t r = 0; r < p.num_reqs; ++r)
-      mask[r] |= static_cast<int32_t>(!x.prefilling[r] && p.ql(r) > 0);
-  // K2 (vllm-0.34): a RecoverSSM row wider than num_spec + 1 is no verify; it takes the
-  // non-spec path (the seed profile rejects it in plan_spec).
-  if (recover && x.v034())
-    for (int32_t r = 0; r < p.num_reqs; ++r)
-      mask[r] &= static_cast<int32_t>(p.ql(r) <= x.c.num_spec + 1);
-  for (int32_t r = 0; r < p.num_reqs; ++r) {
-    count += mask[r];
-    drafted |= mask[r] & static_cast<int32_t>(d[r] > 0);
-  }
-  // R1 / K1 (vllm-0.34): no zero-draft fallback; spec rows whose drafts are all 0 still
-  // take the spec path, the only one that applies the accepted-token offsets.
-  if (x.v034()) return count;
-  // Seed: GDN: no spec rows or no draft at all -> regular path. KDA: only without
-  // RecoverSSM, which must keep its extended conv window even for draftless rows. (The
-  // reference sums the drafts of the spec rows, each >= 0: the sum is 0 iff none is positive.)
-  if (drafted == 0 && !recover) return 0;
-  return count;
-}
-
-void plan_no_spec(Ctx& x) {
-  StepPlan& p = x.p;
-  const int32_t n = p.num_reqs;
-  const std::span<const int32_t> qsl(p.qsl.data(), n + 1);
-  Split sp;
-  // K3 (vllm-0.34): KDA takes GDN's fresh-prompt split and padding drop below.
-  if (x.kda() && !x.v034()) {
-    sp = split_decodes_and_prefills(qsl, p.num_actual_tokens, kKdaTreatShortExtendsAsDecodes,
-                                    [&](int32_t r) { return x.prefilling[r]; });
-  } else {
-    // Fresh-prompt rule: a first chunk is a prefill even at one token, so that
-    // recycled state is masked. Capture batches also have seq_len == ql but no
-    // is_prefilling, so they stay decodes.
-    auto no_prior = [&](int32_t r) {
-      return x.prefilling[r] && p.ql(r) > 0 && x.s.seq_lens_cpu_upper_bound[r] <= p.ql(r);
-    };
-    sp = split_decodes_and_prefills(qsl, p.num_actual_tokens, false, no_prior);
-    if (sp.num_prefills > 0) {  // drop trailing padding from the prefill counts
-      int32_t zeros = 0;
-      for (int32_t r = sp.num_decodes; r < n; ++r) zeros += p.ql(r) == 0 ? 1 : 0;
-      sp.num_prefills -= zeros;
-      sp.num_prefill_tokens = p.qsl[sp.num_decodes + sp.num_prefills] - sp.num_decode_tokens;
-    }
-  }
-  p.num_decodes = sp.num_decodes;
-  p.num_prefills = sp.num_prefills;
-  p.num_decode_tokens = sp.num_decode_tokens;
-  p.num_prefill_tokens = sp.num_prefill_tokens;
-  p.path = Path::NoSpec;
-  p.ns_rows.n = n;
-  p.ns_rows.identity = true;
-  p.ns_state = true;
-  p.ns_qsl.n = n;
-  p.ns_qsl.is_qsl = true;
-  p.ns_qsl.present = true;
-  p.ns_qsl_output = true;
-}
-
-struct RowStats {
-  int32_t spec = 0, non_spec = 0, ones = 0, zeros = 0, not_one = 0, prefilling = 0;
-  int32_t longest = 0;           ///< longest spec row
-  int32_t shortest = INT32_MAX;  ///< shortest spec row
-  int32_t spec_prefix = 0;       ///< spec rows among the first `spec` rows (computed after)
-  int32_t ns_tokens = 0;         ///< fits: tokens <= max_num_batched_tokens
-};
-
-/// Counts over the spec mask. Branch-free loops of at most three reductions each,
-/// so that the compiler vectorises them (one pass of everything does not).
-RowStats row_stats(const StepPlan& p, const bool* prefilling, bool keep_padding) {
-  const int32_t n = p.num_reqs;
-  const int32_t* qsl = p.qsl.data();
-  const int32_t* mask = p.mask.data();
-  const auto* pf = reinterpret_cast<const uint8_t*>(prefilling);
-  const int32_t keep = keep_padding ? 1 : 0;
-  auto non_spec = [&](int32_t r, int32_t q) {
-    return (1 - mask[r]) & (keep | static_cast<int32_t>(q > 0));
+StepPlan::StepPlan(PlanStorage& storage) {
+  const size_t R = storage.rows;
+  int32_t* at = storage.words.data();
+  auto take = [&](size_t n) {
+    const std::span<int32_t> s(at, n);
+    at += n;
+    return s;
   };
-  RowStats st;
-  for (int32_t r = 0; r < n; ++r) {
-    const int32_t q = qsl[r + 1] - qsl[r];
-    const int32_t ns = non_spec(r, q);
-    st.spec += mask[r];
-    st.non_spec += ns;
-    st.ns_tokens += ns * q;
-  }
-  for (int32_t r = 0; r < n; ++r) {
-    const int32_t q = qsl[r + 1] - qsl[r];
-    const int32_t ns = non_spec(r, q);
-    st.ones += ns & static_cast<int32_t>(q == 1);
-    st.zeros += ns & static_cast<int32_t>(q == 0);
-  }
-  st.not_one = st.non_spec - st.ones;
-  int32_t longest = 0, shortest = INT32_MAX;
-  for (int32_t r = 0; r < n; ++r) {
-    const int32_t q = qsl[r + 1] - qsl[r];
-    longest = std::max(longest, mask[r] * q);
-    shortest = std::min(shortest, q | ((mask[r] - 1) & INT32_MAX));  // INT32_MAX off the mask
-  }
-  st.longest = longest;
-  st.shortest = shortest;
-  int32_t pref = 0;
-  for (int32_t r = 0; r < n; ++r)
-    pref += non_spec(r, qsl[r + 1] - qsl[r]) & static_cast<int32_t>(pf[r]);
-  st.prefilling = pref;
-  int32_t prefix = 0;
-  for (int32_t r = 0; r < st.spec; ++r) prefix += mask[r];
-  st.spec_prefix = prefix;
-  return st;
+  qsl = take(R + 1);
+  mask = take(R);
+  capture_drafts = take(R);
+  no_prefilling = storage.no_prefilling;
+  ns_rows.idx = take(R);
+  sp_rows.idx = take(R);
+  ns_qsl.v = take(R + 1);
+  sp_qsl.v = take(R + 1);
+  chunk_offsets = take(R + 1);
+  chunk_starts = take(R + 1);
+  conv_nums = take(R);
+  conv_offsets = take(R + 1);
+  conv_offsetlist = take(storage.conv_total);
+  conv_mlist = std::span<int64_t>(storage.mlist);
+  checkpoint.offsets = take(R);
+  checkpoint.cols = take(R);
+  checkpoint.query_lens = take(R);
+  fi_cu_starts = take(R + 1);
+  fi_rows = take(R);
+  fi_order = take(R);
+  cu_chunk = take(storage.mamba_chunks + 1);
+  seq_idx = take(storage.mamba_chunks);
+  last_chunk = take(R);
+  ckpt_chunk = take(R);
 }
 
-/// The spec rows and the non-spec rows (padding kept or dropped), in order.
-void fill_row_lists(StepPlan& p, bool keep_padding) {
-  int32_t sp = 0, ns = 0;
-  for (int32_t r = 0; r < p.num_reqs; ++r) {
-    const bool spec = p.mask[r] != 0;
-    p.sp_rows.idx[sp] = r;
-    p.ns_rows.idx[ns] = r;
-    sp += spec;
-    ns += !spec && (keep_padding || p.ql(r) > 0);
-  }
-  p.sp_rows.n = sp;
-  p.sp_rows.identity = false;
-  p.ns_rows.n = ns;
-  p.ns_rows.identity = false;
-}
-
-void fill_cumsum(const StepPlan& p, const RowList& rows, Cumsum& out) {
-  out.v[0] = 0;
-  for (int32_t i = 0; i < rows.n; ++i) out.v[i + 1] = out.v[i] + p.ql(rows[i]);
-  out.n = rows.n;
-  out.is_qsl = false;
-  out.present = true;
-}
-
-/// K5 (vllm-0.34, KDA mixed path): where each token set starts when the spec and the
-/// non-spec tokens are two contiguous runs (one switch between active rows).
-void plan_token_starts(Ctx& x) {
-  StepPlan& p = x.p;
-  int32_t switches = 0, first = -1, prev = -1;
-  for (int32_t r = 0; r < p.num_reqs; ++r) {
-    if (p.ql(r) == 0) continue;
-    const int32_t m = p.mask[r];
-    if (first < 0) first = m;
-    if (prev >= 0 && m != prev) ++switches;
-    prev = m;
-  }
-  if (switches != 1) return;
-  const int32_t ns_tokens = p.num_prefill_tokens + p.num_decode_tokens;
-  p.spec_token_start = first == 1 ? 0 : ns_tokens;
-  p.non_spec_token_start = first == 1 ? p.num_spec_decode_tokens : 0;
-}
-
-void plan_spec(Ctx& x) {
-  StepPlan& p = x.p;
-  const int32_t n = p.num_reqs;
-  const int32_t S = x.cap.spec_cols;
-  require_accepted(x.c, x.kind, x.s, x.capture);
-
-  // Row statistics in one vectorisable pass (GDN keeps zero-length padding as
-  // non-spec rows, KDA drops it); row lists are written only when they are needed.
-  const RowStats st = row_stats(p, x.prefilling, !x.kda());
-  const int32_t sp = st.spec, ns = st.non_spec;
-  const int32_t ns_tokens = st.ns_tokens;
-  const int32_t ones = st.ones, zeros = st.zeros;
-  const bool any_prefilling = st.prefilling > 0, any_not_one = st.not_one > 0;
-  if (st.longest > x.c.num_spec + 1)
-    for (int32_t r = 0; r < n; ++r)
-      if (p.mask[r]) check_spec_row_length(x.c, x.kind, r, p.ql(r));
-  p.num_spec_decodes = sp;
-
-  if (x.kda()) {
-    // Packed decode only when every active non-spec row is a true one-token decode.
-    if (ns > 0) require_is_prefilling(x.s, "by the KDA spec path with non-spec rows");
-    if (any_prefilling || any_not_one) {
-      p.num_prefills = ns;
-      p.num_prefill_tokens = static_cast<int32_t>(ns_tokens);
-    } else {
-      p.num_decodes = ns;
-      p.num_decode_tokens = static_cast<int32_t>(ns_tokens);
-    }
-  } else {
-    p.num_decodes = ones;
-    p.num_decode_tokens = ones;
-    p.num_prefills = ns - ones - zeros;
-    p.num_prefill_tokens = static_cast<int32_t>(ns_tokens) - ones;
-    // Never mix decodes and spec decodes: one-token rows go to the prefill kernel.
-    if (p.num_decodes > 0) {
-      p.num_prefills += p.num_decodes;
-      p.num_prefill_tokens += p.num_decode_tokens;
-      p.num_decodes = p.num_decode_tokens = 0;
-    }
-    p.mask_output = true;
-    // The common length of every spec row, if positive.
-    p.uniform_spec_len = st.shortest == st.longest && st.shortest > 0 ? st.shortest : -1;
-  }
-  p.num_spec_decode_tokens = p.total_tokens - p.num_prefill_tokens - p.num_decode_tokens;
-
-  if (p.num_prefills == 0 && p.num_decodes == 0) {
-    p.path = Path::PureSpec;
-    // Spec rows precede padding: the query_start_loc prefix is their cumsum.
-    p.sp_qsl.n = sp;
-    p.sp_qsl.is_qsl = true;
-    p.sp_qsl.present = true;
-    // KDA takes the first N rows; GDN the masked rows, which are those unless a
-    // zero-length row precedes a spec row. R2 (vllm-0.34): GDN takes the first N rows too.
-    p.sp_rows.n = sp;
-    p.sp_rows.identity = x.kda() || x.v034() || st.spec_prefix == sp;
-    if (!p.sp_rows.identity) fill_row_lists(p, !x.kda());
-    if (!x.kda()) {
-      p.tokens = StepPlan::Tokens::Arange;
-      p.arange_len = std::min(sp * S, p.total_tokens);
-    }
-    return;
-  }
-  p.path = Path::Mixed;
-  p.tokens = StepPlan::Tokens::Partition;
-  p.ns_state = true;
-  fill_row_lists(p, !x.kda());
-  fill_cumsum(p, p.sp_rows, p.sp_qsl);
-  fill_cumsum(p, p.ns_rows, p.ns_qsl);
-  // KDA packed decode consumes one row per request: no non-spec cumsum output.
-  p.ns_qsl_output = !x.kda() || p.num_prefills > 0;
-  p.request_indices = x.kda() && x.c.use_recoverssm;
-  if (x.kda() && x.v034()) plan_token_starts(x);
-}
-
-const int32_t* cumsum_data(const StepPlan& p, const Cumsum& c) {
-  return c.is_qsl ? p.qsl.data() : c.v.data();
-}
-
-void plan_prefill(Ctx& x) {
-  StepPlan& p = x.p;
-  if (p.num_prefills == 0) return;
-  p.has_initial_state = true;
+void plan_conv1d(StepPlan& p, const int32_t* cu, int32_t n) {
   p.conv = true;
-  p.conv_seqs = p.ns_qsl.n;
-  ceil_cumsum(cumsum_data(p, p.ns_qsl), p.conv_seqs, kConvBlock, p.conv_offsets.data(),
-              p.conv_nums.data());
-  if (x.kda()) return;
-  p.prefill_fields = true;
-  if (p.path == Path::NoSpec && p.num_decodes > 0) {
-    p.peel_rows = p.num_decodes;
-    p.peel_tokens = p.num_decode_tokens;
-  }
-  // R4 (vllm-0.34): FlashInfer's chunk kernel takes cu_seqlens; no FLA chunk metadata.
-  const bool chunks =
-      x.v034() ? x.c.prefill_backend != PrefillBackend::FlashInfer : x.c.chunk_metadata;
-  if (chunks) {
-    p.chunks = true;
-    p.chunk_seqs = p.ns_qsl.n - p.peel_rows;
-    ceil_cumsum(cumsum_data(p, p.ns_qsl) + p.peel_rows, p.chunk_seqs, kFlaChunkSize,
-                p.chunk_offsets.data());
-    int32_t k = 0;
-    for (int32_t i = 0; i < p.chunk_seqs; ++i)
-      if (p.chunk_offsets[i + 1] > p.chunk_offsets[i]) p.chunk_starts[k++] = p.chunk_offsets[i];
-    p.chunk_starts[k] = p.chunk_offsets[p.chunk_seqs];
-    p.chunk_nonempty = k;
-  }
+  p.conv_seqs = n;
+  ceil_cumsum(cu, n, kConvBlock, p.conv_offsets.data(), p.conv_nums.data());
+  // vLLM's host lists: np.repeat(arange(n), nums) and the concatenated range(nums[i]).
+  int32_t k = 0;
+  for (int32_t i = 0; i < n; ++i)
+    for (int32_t j = 0; j < p.conv_nums[i]; ++j, ++k) {
+      p.conv_mlist[k] = i;
+      p.conv_offsetlist[k] = j;
+    }
 }
 
-/// R5 (vllm-0.34, GDN + FlashInfer): where FlashInfer's prefill emits the checkpoint
-/// states. It emits one every `every_n` tokens of each prefill sequence (the trailing
-/// prefill rows of the checkpoint rows), every_n = gcd of the offsets.
-void plan_flashinfer_checkpoints(Ctx& x) {
-  StepPlan& p = x.p;
-  const int32_t rows = p.ns_rows.n;
-  const int32_t prefill_rows = p.ns_qsl.n - p.peel_rows;
-  int32_t every = 0;
-  for (int32_t i = 0; i < rows; ++i) every = std::gcd(every, p.cp_offsets[i]);
-  p.fi_every_n = every;
-  p.fi_cu_starts[0] = 0;
-  const int32_t first = rows - prefill_rows;
-  for (int32_t i = 0; i < prefill_rows; ++i)
-    p.fi_cu_starts[i + 1] = p.fi_cu_starts[i] + p.ql(p.ns_rows[first + i]) / every;
-  p.fi_prefill_rows = prefill_rows;
-  for (int32_t i = 0; i < rows; ++i) {
-    const int32_t offset = p.cp_offsets[i];
-    p.fi_rows[i] = i >= first && offset > 0 ? p.fi_cu_starts[i - first] + offset / every - 1 : 0;
-  }
-  p.fi_checkpoint_plan = true;
+int32_t checkpoint_alignment(const Config& c, BuilderKind kind) {
+  if (c.prefill_checkpoint_alignment > 0) return c.prefill_checkpoint_alignment;
+  if (kind == BuilderKind::Kda) return kKdaCheckpointAlign;
+  return kind == BuilderKind::Mamba2 ? 1 : c.block_size;
 }
 
-/// K6 (vllm-0.34, KDA + FlashInfer prefill): the non-spec query_start_loc as int64, and
-/// the non-spec sequences longest first when some has more than one token. vLLM sorts
-/// without stability (ties in no defined order); linmeta breaks ties by row.
-void plan_flashinfer_prefill(Ctx& x) {
-  StepPlan& p = x.p;
-  if (!x.kda() || x.c.prefill_backend != PrefillBackend::FlashInfer || p.num_prefills == 0) return;
-  p.fi_prefill_qsl = true;
-  const int32_t n = p.ns_qsl.n;
-  const int32_t* cu = cumsum_data(p, p.ns_qsl);
-  if (p.num_prefill_tokens + p.num_decode_tokens <= n) return;
-  for (int32_t i = 0; i < n; ++i) p.fi_order[i] = i;
-  std::sort(p.fi_order.begin(), p.fi_order.begin() + n, [cu](int32_t a, int32_t b) {
-    const int32_t la = cu[a + 1] - cu[a], lb = cu[b + 1] - cu[b];
-    return la != lb ? la > lb : a < b;
-  });
-  p.fi_seq_order = true;
-}
-
-/// The offset grid of a layer's checkpoints (vllm-0.34): FlashKDA's 16-token chunk; for
-/// GDN + FlashInfer the prefix-cache grid, which a single-group engine puts at the block.
-int32_t checkpoint_alignment(const Ctx& x) {
-  return x.kda() ? kKdaCheckpointAlign : x.c.block_size;
-}
-
-/// Prefill checkpoints, align mode: SPEC §8 (seed, KDA); R5 / K4 (vllm-0.34, GDN and
-/// KDA): the shared hash-block rule of src/checkpoint_rule.hpp.
+/// Prefill checkpoints, align mode: SPEC §8 (seed, KDA); R5 / K4 / M4 (vllm-0.34): the shared
+/// hash-block rule of src/checkpoint_rule.hpp (vLLM's MambaPrefillCheckpointBuilder).
 void plan_checkpoints(Ctx& x) {
   StepPlan& p = x.p;
+  CheckpointPlan& cp = p.checkpoint;
   if (p.num_prefills == 0 || x.c.num_prefill_checkpoint_blocks <= 0 ||
       x.c.mamba_cache_mode != CacheMode::Align)
     return;
   const int32_t B = x.c.block_size;
+  const int32_t alignment = checkpoint_alignment(x.c, x.kind);
   bool any = false;
-  for (int32_t i = 0; i < p.ns_rows.n; ++i) {
-    const int32_t r = p.ns_rows[i];
+  for (int32_t i = 0; i < cp.rows.n; ++i) {
+    const int32_t r = cp.rows[i];
     const int32_t seq = x.s.seq_lens_cpu_upper_bound[r];
     const int32_t q = p.ql(r);
+    cp.query_lens[i] = q;
     if (x.v034()) {
-      const CheckpointSite site = hash_block_checkpoint(seq, q, B, checkpoint_alignment(x));
-      p.cp_offsets[i] = site.offset;
-      p.cp_cols[i] = site.col;
+      const CheckpointSite site = hash_block_checkpoint(seq, q, B, alignment);
+      cp.offsets[i] = site.offset;
+      cp.cols[i] = site.col;
       any = any || site.offset > 0;
       continue;
     }
-    const int32_t offset = (seq / B) * B - (seq - q);
+    // The seed's FlashKDA rule (KDA).
+    const int64_t offset = static_cast<int64_t>(seq / B) * B - (static_cast<int64_t>(seq) - q);
     const bool valid =
         seq % B != 0 && offset > 0 && offset < q && offset % kKdaCheckpointAlign == 0;
-    const int32_t first = valid ? offset : q;
+    const int32_t first = valid ? static_cast<int32_t>(offset) : q;
     const bool tail = q - first > 0;
-    p.cp_offsets[i] = tail ? first : 0;
-    p.cp_cols[i] = valid ? seq / B - 1 : -1;
+    cp.offsets[i] = tail ? first : 0;
+    cp.cols[i] = valid ? seq / B - 1 : -1;
     any = any || tail;
   }
   if (!any) return;
-  for (int32_t i = 0; i < p.ns_rows.n; ++i)
-    p.width.need(p.cp_cols[i] + 1, p.ns_rows[i], "the prefill checkpoint gather");
-  p.checkpoint = true;
-  if (!x.kda() && x.c.prefill_backend == PrefillBackend::FlashInfer) plan_flashinfer_checkpoints(x);
-}
-
-void plan_staging(Ctx& x) {
-  StepPlan& p = x.p;
-  if (!x.c.full_cuda_graph || p.num_prefills > 0) return;
-  const int32_t D = x.cap.graph_bs;
-  if (p.path == Path::PureSpec) {
-    const bool rows_fit =
-        x.kda() ? p.num_reqs <= (x.c.use_recoverssm ? x.cap.rows : D) : p.num_spec_decodes <= D;
-    p.stage_spec = rows_fit && p.num_spec_decode_tokens <= D;
-    // The persistent [D, S] buffer takes whole spec rows: unaligned tables need S columns.
-    if (p.stage_spec && x.c.mamba_cache_mode != CacheMode::Align)
-      p.width.need(p.spec_state_cols, p.sp_rows[0], "the staged spec state gather");
-  } else if (p.path == Path::NoSpec) {
-    p.stage_decode = p.num_decodes <= D;
-  }
-}
-
-}  // namespace
-
-void reserve_plan(StepPlan& p, const Config& c) {
-  const auto R = static_cast<size_t>(c.max_num_seqs);
-  p.qsl.assign(R + 1, 0);
-  p.mask.assign(R, 0);
-  p.ns_rows.idx.assign(R, 0);
-  p.sp_rows.idx.assign(R, 0);
-  p.ns_qsl.v.assign(R + 1, 0);
-  p.sp_qsl.v.assign(R + 1, 0);
-  p.chunk_offsets.assign(R + 1, 0);
-  p.chunk_starts.assign(R + 1, 0);
-  p.conv_nums.assign(R, 0);
-  p.conv_offsets.assign(R + 1, 0);
-  p.cp_offsets.assign(R, 0);
-  p.cp_cols.assign(R, 0);
-  p.fi_cu_starts.assign(R + 1, 0);
-  p.fi_rows.assign(R, 0);
-  p.fi_order.assign(R, 0);
-  p.capture_drafts.assign(R, 0);
-  p.no_prefilling.assign(R, 0);
+  for (int32_t i = 0; i < cp.rows.n; ++i)
+    p.width.need(static_cast<int64_t>(cp.cols[i]) + 1, cp.rows[i], "the prefill checkpoint gather");
+  cp.present = true;
 }
 
 void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
                std::span<const BlockTable> tables, StepPlan& p) {
   validate_step(c, kind, s, capture, tables);
-  reset(p);
   Ctx x{c, kind, s, capture, tables, Capacity::of(c, kind), p};
   p.num_reqs = s.num_reqs;
-  p.num_actual_tokens = s.num_actual_tokens;  // after reset()
+  p.num_actual_tokens = s.num_actual_tokens;
   p.capture = capture;
   std::copy(s.query_start_loc_cpu.begin(), s.query_start_loc_cpu.end(), p.qsl.begin());
   p.total_tokens = p.qsl[p.num_reqs];
@@ -468,7 +133,6 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
   // The aligned state gather reads num_speculative_blocks + 1 columns of every row
   // from the block of its last token; the host upper bound bounds the device seq_len,
   // and the longest sequence needs the widest table.
-  p.width = WidthNeed{};
   if (c.mamba_cache_mode == CacheMode::Align) {
     const auto& seq = s.seq_lens_cpu_upper_bound;
     int32_t longest = 0;
@@ -485,7 +149,6 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
   // Drafts (a capture build derives them) and is_prefilling, as plain arrays.
   x.prefilling = s.is_prefilling.empty() ? reinterpret_cast<const bool*>(p.no_prefilling.data())
                                          : s.is_prefilling.data();
-  x.drafts = nullptr;
   if (capture) {
     for (int32_t r = 0; r < p.num_reqs; ++r) p.capture_drafts[r] = p.ql(r) - 1;
     x.drafts = p.capture_drafts.data();
@@ -493,20 +156,12 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
     x.drafts = s.num_decode_draft_tokens.data();
   }
 
-  const int32_t spec_rows = detect_spec(x);
-  if (spec_rows == 0)
-    plan_no_spec(x);
+  if (is_gdn_family(kind))
+    plan_gdn_family(x);
+  else if (kind == BuilderKind::Linear)
+    plan_linear(x);
   else
-    plan_spec(x);
-  plan_prefill(x);
-  // R5 (vllm-0.34): GDN has prefill checkpoints too.
-  if (x.kda() || x.v034()) plan_checkpoints(x);
-  plan_flashinfer_prefill(x);
-  if (x.kda()) {
-    p.recoverssm_commit = c.use_recoverssm && p.num_spec_decodes > 0;
-    p.commit_align = p.recoverssm_commit && c.mamba_cache_mode == CacheMode::Align;
-  }
-  plan_staging(x);
+    plan_mamba(x);
   check_table_widths(tables, p.width);
 }
 

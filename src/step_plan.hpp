@@ -1,5 +1,5 @@
-// StepPlan: everything about a step that does not depend on a block table,
-// derived on the host once per step (SPEC §4–8). Group-independent.
+// StepPlan: everything about a step that does not depend on a block table, derived on the
+// host once per step (SPEC §4–8, docs/semantics.md M*). Group-independent.
 #pragma once
 
 #include <cstdint>
@@ -13,11 +13,23 @@
 
 namespace linmeta::detail {
 
+/// The memory behind a StepPlan's arrays, sized once from the configuration so that
+/// planning never allocates.
+struct PlanStorage {
+  PlanStorage(const Config& config, BuilderKind kind);
+  size_t rows = 0;                     ///< R
+  size_t conv_total = 0;               ///< conv1d programs of a step (0: the builder has no conv1d)
+  size_t mamba_chunks = 0;             ///< Mamba2 SSD chunks of a step
+  std::vector<int32_t> words;          ///< every int32 array, back to back
+  std::vector<int64_t> mlist;          ///< the conv1d program -> sequence list (vLLM's int64)
+  std::vector<uint8_t> no_prefilling;  ///< [R] zeros: is_prefilling when absent
+};
+
 enum class Path : int32_t { NoSpec, PureSpec, Mixed };
 
 /// A list of batch rows; `identity` means rows 0..n-1 (nothing stored).
 struct RowList {
-  std::vector<int32_t> idx;
+  std::span<int32_t> idx;
   int32_t n = 0;
   bool identity = false;
   [[nodiscard]] int32_t operator[](int32_t i) const { return identity ? i : idx[i]; }
@@ -25,13 +37,34 @@ struct RowList {
 
 /// A cumulative-length array [n + 1] that may alias the step's query_start_loc.
 struct Cumsum {
-  std::vector<int32_t> v;
+  std::span<int32_t> v;
   int32_t n = 0;         ///< sequences (n + 1 entries)
   bool is_qsl = false;   ///< the first n + 1 entries of query_start_loc
   bool present = false;  ///< computed (the output may still be absent)
 };
 
+/// Where the Mamba base builders' num_accepted_tokens comes from (docs/semantics.md M3).
+enum class MambaAccepted : int32_t {
+  None,         ///< absent
+  Passthrough,  ///< the caller's array, whole (speculative decoding off or no decode rows)
+  DecodeRows,   ///< the decode rows' counts: the caller's, or their query lengths
+};
+
+/// Prefill checkpoints over `rows` (vLLM's MambaPrefillCheckpointBuilder): KDA, GDN, Mamba2.
+struct CheckpointPlan {
+  bool present = false;
+  RowList rows;                   ///< the checkpoint rows (batch rows)
+  std::span<int32_t> offsets;     ///< [rows.n]; 0: none
+  std::span<int32_t> cols;        ///< [rows.n]; -1: none
+  std::span<int32_t> query_lens;  ///< [rows.n]
+};
+
+/// One step's plan. Every value has its default here, and a plan is reset by assigning
+/// StepPlan(storage): nothing is reset by hand. The spans point into a PlanStorage.
 struct StepPlan : StepCounts {
+  StepPlan() = default;
+  explicit StepPlan(PlanStorage& storage);
+
   int32_t num_reqs = 0;
   int32_t total_tokens = 0;  ///< query_start_loc[num_reqs]
   bool capture = false;
@@ -39,13 +72,13 @@ struct StepPlan : StepCounts {
   Path path = Path::NoSpec;
   int32_t uniform_spec_len = -1;  ///< -1: absent
 
-  std::vector<int32_t> qsl;             ///< [num_reqs + 1] host copy
-  std::vector<int32_t> mask;            ///< [num_reqs] spec mask (0/1), valid on the spec path
-  std::vector<int32_t> capture_drafts;  ///< [num_reqs] ql - 1 of a capture build
-  std::vector<uint8_t> no_prefilling;   ///< [max_num_seqs] zeros: is_prefilling when absent
-  bool mask_output = false;             ///< spec_sequence_masks is an output (GDN spec path)
+  std::span<int32_t> qsl;                  ///< [num_reqs + 1] host copy
+  std::span<int32_t> mask;                 ///< [num_reqs] spec mask (0/1), valid on the spec path
+  std::span<int32_t> capture_drafts;       ///< [num_reqs] ql - 1 of a capture build
+  std::span<const uint8_t> no_prefilling;  ///< [R] zeros: is_prefilling when absent
+  bool mask_output = false;                ///< spec_sequence_masks is an output (GDN spec path)
 
-  RowList ns_rows;        ///< rows behind non_spec_* arrays
+  RowList ns_rows;        ///< rows behind non_spec_* arrays (Mamba: the prefill rows)
   RowList sp_rows;        ///< rows behind spec_* arrays
   bool ns_state = false;  ///< non_spec_state_indices present
   Cumsum ns_qsl;
@@ -63,27 +96,28 @@ struct StepPlan : StepCounts {
   int32_t peel_tokens = 0;
   bool has_initial_state = false;
   bool chunks = false;
-  std::vector<int32_t> chunk_offsets;  ///< [chunk_seqs + 1]
+  std::span<int32_t> chunk_offsets;  ///< [chunk_seqs + 1]
   int32_t chunk_seqs = 0;
   /// chunk_indices numbers sequences as the reference does: by count of non-empty
   /// sequences so far (cumsum(chunk == 0) - 1). Offsets of the non-empty ones:
-  std::vector<int32_t> chunk_starts;  ///< [chunk_nonempty + 1]
+  std::span<int32_t> chunk_starts;  ///< [chunk_nonempty + 1]
   int32_t chunk_nonempty = 0;
+
+  // Causal-conv1d metadata over the prefill sequences (vLLM's nums_dict).
   bool conv = false;
-  std::vector<int32_t> conv_nums;     ///< [conv_seqs]
-  std::vector<int32_t> conv_offsets;  ///< [conv_seqs + 1]
+  std::span<int32_t> conv_nums;        ///< [conv_seqs]
+  std::span<int32_t> conv_offsets;     ///< [conv_seqs + 1]
+  std::span<int64_t> conv_mlist;       ///< [tot] sequence of each program
+  std::span<int32_t> conv_offsetlist;  ///< [tot] chunk of each program in its sequence
   int32_t conv_seqs = 0;
 
-  // Prefill checkpoints (KDA; GDN in vllm-0.34), over the non-spec rows.
-  bool checkpoint = false;
-  std::vector<int32_t> cp_offsets;  ///< [ns_rows.n]
-  std::vector<int32_t> cp_cols;     ///< [ns_rows.n]
+  CheckpointPlan checkpoint;
   /// vllm-0.34 GDN + FlashInfer: flashinfer_checkpoint_plan (int64 in vLLM).
   bool fi_checkpoint_plan = false;
-  int32_t fi_every_n = 0;             ///< every_n_tokens; num_checkpoints = fi_cu_starts[last]
-  int32_t fi_prefill_rows = 0;        ///< sequences of the prefill kernel
-  std::vector<int32_t> fi_cu_starts;  ///< [fi_prefill_rows + 1]
-  std::vector<int32_t> fi_rows;       ///< [ns_rows.n]
+  int32_t fi_every_n = 0;           ///< every_n_tokens; num_checkpoints = fi_cu_starts[last]
+  int32_t fi_prefill_rows = 0;      ///< sequences of the prefill kernel
+  std::span<int32_t> fi_cu_starts;  ///< [fi_prefill_rows + 1]
+  std::span<int32_t> fi_rows;       ///< [checkpoint rows]
 
   // vllm-0.34 KDA.
   /// spec_token_start / non_spec_token_start; -1: None.
@@ -93,28 +127,41 @@ struct StepPlan : StepCounts {
   bool fi_prefill_qsl = false;
   /// flashinfer_prefill_seq_order: non-spec sequences longest first (ties by row).
   bool fi_seq_order = false;
-  std::vector<int32_t> fi_order;  ///< [ns_qsl.n]
+  std::span<int32_t> fi_order;  ///< [ns_qsl.n]
 
   // KDA.
   bool recoverssm_commit = false;
   bool request_indices = false;  ///< = sp_rows, mixed RecoverSSM path
   bool commit_align = false;
 
+  // The Mamba base builders (docs/semantics.md M1–M5); ns_rows are the prefill rows.
+  MambaAccepted mamba_accepted = MambaAccepted::None;
+  bool accepted_from_query_lens = false;  ///< DecodeRows without the caller's counts
+  // Mamba2.
+  bool prep_initial_states = false;
+  bool mamba_chunks = false;
+  int32_t num_chunks = 0;
+  std::span<int32_t> cu_chunk;     ///< [num_chunks + 1]
+  std::span<int32_t> seq_idx;      ///< [num_chunks]
+  std::span<int32_t> last_chunk;   ///< [num_prefills]
+  bool checkpoint_chunks = false;  ///< checkpoint_chunk_idx present
+  std::span<int32_t> ckpt_chunk;   ///< [num_prefills]
+
   /// The widest block-table read (checked for every table, also by update_block_table).
   WidthNeed width;
 
-  // FULL-graph staging (SPEC §7 D, §8).
+  // FULL-graph staging (SPEC §7 D, §8; M3 for the Mamba base builders).
   bool stage_spec = false;
   bool stage_decode = false;
+
+  /// Which build planned this step (Metadata::step_id).
+  uint64_t step_id = 0;
 
   [[nodiscard]] int32_t ql(int32_t r) const { return qsl[r + 1] - qsl[r]; }
 };
 
-/// Sizes every vector of `plan` for the configuration's capacities, so that
-/// planning never allocates.
-void reserve_plan(StepPlan& plan, const Config& config);
-
-/// SPEC §4–8: classifies the step and fills `plan`. Throws linmeta::Error on
+/// SPEC §4–8 and docs/semantics.md M1–M5: classifies the step and fills `plan` (which must
+/// be StepPlan(storage) of a storage for this configuration). Throws linmeta::Error on
 /// invalid input (validation happens before anything else is derived).
 void plan_step(const Config& config, BuilderKind kind, const Step& step, bool capture,
                std::span<const BlockTable> tables, StepPlan& plan);

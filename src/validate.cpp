@@ -6,6 +6,7 @@
 
 #include "capacity.hpp"
 #include "linmeta/error.hpp"
+#include "linmeta/names.hpp"
 
 namespace linmeta {
 
@@ -13,20 +14,46 @@ namespace {
 
 [[noreturn]] void fail(const std::string& msg) { throw Error("linmeta: " + msg); }
 
-const char* backend_name(PrefillBackend b) {
-  return b == PrefillBackend::Triton       ? "triton"
-         : b == PrefillBackend::FlashInfer ? "flashinfer"
-                                           : "flashkda";
-}
+std::string_view kind_name(BuilderKind kind) { return names::builder_kind_name(kind); }
 
-/// What each profile supports (docs/semantics.md).
+/// What each profile and builder kind supports (docs/semantics.md).
 void validate_profile(const Config& c, BuilderKind kind) {
-  const bool gdn = kind == BuilderKind::Gdn;
+  const bool gdn = kind == BuilderKind::Gdn, kda = kind == BuilderKind::Kda;
+  const std::string_view backend = names::prefill_backend_name(c.prefill_backend);
+  if (!is_gdn_family(kind)) {
+    // The Mamba family exists in the vllm-0.34 profile only, with none of the GDN / KDA
+    // options.
+    if (c.profile != Profile::Vllm034)
+      fail(
+          fmt::format("the {} builder follows vLLM 0.34's rules only: config.profile must be "
+                      "vllm-0.34",
+                      kind_name(kind)));
+    if (c.prefill_backend != PrefillBackend::Triton)
+      fail(fmt::format("config.prefill_backend = {} is a GDN / KDA option; the {} builder has none",
+                       backend, kind_name(kind)));
+  }
+  if (kind == BuilderKind::Mamba2 && c.chunk_size <= 0)
+    fail(
+        fmt::format("config.chunk_size = {} must be positive for Mamba2 (vLLM's "
+                    "model_config.get_mamba_chunk_size())",
+                    c.chunk_size));
+  if (kind != BuilderKind::Mamba2 && c.chunk_size != 0)
+    fail(fmt::format("config.chunk_size = {} is a Mamba2 option; the {} builder has none",
+                     c.chunk_size, kind_name(kind)));
+  if (c.num_prefill_checkpoint_blocks > 0 && !gdn && !kda && kind != BuilderKind::Mamba2)
+    fail(fmt::format(
+        "config.num_prefill_checkpoint_blocks = {}: the {} builder has no prefill checkpoints",
+        c.num_prefill_checkpoint_blocks, kind_name(kind)));
   if (c.profile == Profile::Seed) {
     if (c.prefill_backend == PrefillBackend::FlashInfer)
       fail(
           "config.prefill_backend = flashinfer is a vllm-0.34 profile option (the seed profile "
           "takes chunk_metadata)");
+    if (c.prefill_checkpoint_alignment != 0)
+      fail(fmt::format(
+          "config.prefill_checkpoint_alignment = {} is a vllm-0.34 profile option (the seed "
+          "profile has its fixed checkpoint rule)",
+          c.prefill_checkpoint_alignment));
     return;
   }
   // R3: vLLM 0.34's MambaCacheMode is "none" | "align".
@@ -38,29 +65,20 @@ void validate_profile(const Config& c, BuilderKind kind) {
     fail(
         "config.chunk_metadata = false: in the vllm-0.34 profile chunk metadata follows "
         "prefill_backend (flashinfer builds none)");
-  if (c.num_prefill_checkpoint_blocks <= 0) return;
-  // Only layers whose prefill kernel exports mid-prefill states have checkpoint blocks.
-  if (!gdn && c.prefill_backend != PrefillBackend::FlashKda)
+  // Only KDA layers whose prefill kernel exports mid-prefill states have checkpoint blocks.
+  if (kda && c.num_prefill_checkpoint_blocks > 0 && c.prefill_backend != PrefillBackend::FlashKda)
     fail(fmt::format(
         "config.num_prefill_checkpoint_blocks = {} needs prefill_backend = flashkda for KDA "
         "(prefill_backend = {} exports no checkpoints)",
-        c.num_prefill_checkpoint_blocks, backend_name(c.prefill_backend)));
-  if (gdn && (c.prefill_backend != PrefillBackend::FlashInfer ||
-              c.mamba_cache_mode != CacheMode::Align || c.block_size % kFlaChunkSize != 0))
-    fail(fmt::format(
-        "config.num_prefill_checkpoint_blocks = {}: GDN exports prefill checkpoints only with "
-        "prefill_backend = flashinfer, mamba_cache_mode = align and a block_size that is a "
-        "multiple of {} (got {}, block_size {})",
-        c.num_prefill_checkpoint_blocks, kFlaChunkSize, backend_name(c.prefill_backend),
-        c.block_size));
+        c.num_prefill_checkpoint_blocks, backend));
 }
 
 }  // namespace
 
 void validate_config(const Config& c, BuilderKind kind) {
-  if (kind != BuilderKind::Gdn && kind != BuilderKind::Kda)
-    fail(fmt::format("builder kind = {} is neither GDN (0) nor KDA (1)",
-                     static_cast<int32_t>(kind)));
+  if (static_cast<int32_t>(kind) < 0 || static_cast<int32_t>(kind) >= kNumBuilderKinds)
+    fail(fmt::format("builder kind = {} is none of {}", static_cast<int32_t>(kind),
+                     names::choices(names::kBuilderKinds)));
   auto positive = [](const char* field, int32_t v) {
     if (v <= 0) fail(fmt::format("config.{} = {} must be positive", field, v));
   };
@@ -80,6 +98,8 @@ void validate_config(const Config& c, BuilderKind kind) {
   positive("block_size", c.block_size);
   non_negative("num_speculative_blocks", c.num_speculative_blocks);
   non_negative("num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks);
+  non_negative("prefill_checkpoint_alignment", c.prefill_checkpoint_alignment);
+  non_negative("chunk_size", c.chunk_size);
   const auto mode = static_cast<int32_t>(c.mamba_cache_mode);
   if (c.mamba_cache_mode != CacheMode::None && c.mamba_cache_mode != CacheMode::All &&
       c.mamba_cache_mode != CacheMode::Align)
@@ -93,12 +113,13 @@ void validate_config(const Config& c, BuilderKind kind) {
     fail(fmt::format(
         "config.prefill_backend = {} is none of triton (0), flashinfer (1), flashkda (2)",
         static_cast<int32_t>(c.prefill_backend)));
-  if (kind == BuilderKind::Gdn && c.use_recoverssm)
-    fail("config.use_recoverssm is a KDA option; the GDN builder does not support it");
+  if (kind != BuilderKind::Kda && c.use_recoverssm)
+    fail(fmt::format("config.use_recoverssm is a KDA option; the {} builder does not support it",
+                     kind_name(kind)));
   validate_profile(c, kind);
   // The bounds above keep every capacity within int32.
   const auto cap = detail::Capacity::of(c, kind);
-  if (c.mamba_cache_mode == CacheMode::Align &&
+  if (c.mamba_cache_mode == CacheMode::Align && kind != BuilderKind::Linear &&
       static_cast<int64_t>(c.num_speculative_blocks) + 1 < cap.spec_cols)
     fail(fmt::format(
         "config.num_speculative_blocks = {} gathers {} aligned state slots, fewer than the {} a "
@@ -109,7 +130,34 @@ void validate_config(const Config& c, BuilderKind kind) {
 
 namespace detail {
 
-void validate_step(const Config& c, BuilderKind /*kind*/, const Step& s, bool capture,
+namespace {
+
+/// vLLM's build_for_cudagraph_capture assertions: decode-only FULL graphs.
+void validate_capture(const Config& c, BuilderKind kind, const Step& s) {
+  const int32_t n = s.num_reqs;
+  const int32_t d = c.decode_cudagraph_max_bs(kind);
+  if (is_gdn_family(kind)) {
+    if (n > d || s.num_actual_tokens > d)
+      fail(fmt::format(
+          "capture build supports decode-only FULL graphs: num_reqs = {} and num_actual_tokens = "
+          "{} must both be <= decode_cudagraph_max_bs = {}",
+          n, s.num_actual_tokens, d));
+    return;
+  }
+  if (!is_mamba_base(kind)) return;  // linear attention: a plain build
+  int32_t longest = 0;
+  const auto& q = s.query_start_loc_cpu;
+  for (int32_t r = 0; r < n; ++r) longest = std::max(longest, q[r + 1] - q[r]);
+  if (n > d || longest != c.num_spec + 1)
+    fail(fmt::format(
+        "capture build supports decode-only FULL graphs: num_reqs = {} must be <= "
+        "decode_cudagraph_max_bs = {} and the longest query {} must be num_spec + 1 = {}",
+        n, d, longest, c.num_spec + 1));
+}
+
+}  // namespace
+
+void validate_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
                    std::span<const BlockTable> tables) {
   const int32_t n = s.num_reqs;
   if (n < 1) fail(fmt::format("num_reqs = {} must be at least 1", n));
@@ -169,15 +217,10 @@ void validate_step(const Config& c, BuilderKind /*kind*/, const Step& s, bool ca
                        c.num_spec));
     }
   }
-  if (capture) {
-    const int32_t d = c.decode_cudagraph_max_bs();
-    if (n > d || s.num_actual_tokens > d)
-      fail(fmt::format(
-          "capture build supports decode-only FULL graphs: num_reqs = {} and num_actual_tokens = "
-          "{} must both be <= decode_cudagraph_max_bs = {}",
-          n, s.num_actual_tokens, d));
-  }
+  if (capture) validate_capture(c, kind, s);
   if (s.seq_lens == nullptr) fail("seq_lens (device) is null");
+  if (kind == BuilderKind::Linear && s.query_start_loc == nullptr)
+    fail("query_start_loc (device) is null: the linear builder's metadata holds it");
 
   validate_tables(tables);
 }

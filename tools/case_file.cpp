@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "cuda_check.hpp"
-#include "names.hpp"
+#include "linmeta/names.hpp"
 
 namespace linmeta::cases {
 
@@ -219,6 +219,69 @@ bool same_order_up_to_ties(const json& expected_order, const json& got, const js
   return true;
 }
 
+// --- The configuration, through its field table (linmeta/config.hpp).
+
+/// Keys every case's config has; the rest may be absent (their defaults).
+bool required_config_key(const std::string& k) {
+  return k == "num_spec" || k == "max_num_seqs" || k == "full_cuda_graph" ||
+         k == "max_cudagraph_capture_size" || k == "mamba_cache_mode" || k == "block_size" ||
+         k == "num_speculative_blocks";
+}
+
+void read_config_value(const json& v, const std::string& path, int32_t& out) {
+  out = to_int(v, path);
+}
+void read_config_value(const json& v, const std::string& path, bool& out) {
+  out = to_bool(v, path);
+}
+void read_config_value(const json& v, const std::string& path, Unsettable<int32_t> out) {
+  out.value = v.is_null() ? 0 : to_int(v, path);
+}
+template <class E>
+void read_config_value(const json& v, const std::string& path, E& out) {
+  const std::string s = to_string(v, path);
+  if (const auto e = names::parse(names::table_of<E>(), s)) {
+    out = *e;
+    return;
+  }
+  bad(path, "'" + s + "' is not " + names::choices(names::table_of<E>()));
+}
+
+json config_value(int32_t v) { return v; }
+json config_value(bool v) { return v; }
+json config_value(Unsettable<const int32_t> v) {
+  return v.value > 0 ? json(v.value) : json(nullptr);
+}
+template <class E>
+json config_value(E v) {
+  return std::string(names::name_of(names::table_of<E>(), v));
+}
+
+Config parse_config(const json& cf, BuilderKind kind) {
+  Config c;
+  // The builder's own settings: chunk metadata (GDN) and the backend a CUDA engine resolves
+  // by default (GDN triton, KDA FlashKDA).
+  c.chunk_metadata = kind == BuilderKind::Gdn;
+  c.prefill_backend = kind == BuilderKind::Kda ? PrefillBackend::FlashKda : PrefillBackend::Triton;
+  if (!cf.is_object()) bad("config", "expected an object, got " + shown(cf));
+  for_each_config_field(c, [&](const char* key, auto&& member) {
+    const std::string k = key;
+    if (k == "max_num_batched_tokens" || k == "chunk_metadata") return;
+    const std::string path = "config." + k;
+    if (!cf.contains(k)) {
+      if (required_config_key(k)) bad(path, "missing");
+      return;
+    }
+    if (k == "prefill_backend" && cf.at(k).is_null()) return;  // the default above
+    read_config_value(cf.at(k), path, member);
+  });
+  // vLLM's MambaSpec.prefill_checkpoint_alignment = None: no checkpoints.
+  if (cf.contains("prefill_checkpoint_alignment") &&
+      cf.at("prefill_checkpoint_alignment").is_null())
+    c.num_prefill_checkpoint_blocks = 0;
+  return c;
+}
+
 }  // namespace
 
 bool ReferenceError::rejects_input() const {
@@ -269,30 +332,7 @@ Case parse_case(const json& j) {
     bad("mode", "'" + mode + "' is not 'build' or 'capture'");
   c.capture = mode == "capture";
 
-  const json& cf = member(j, "", "config");
-  const std::string C = "config";
-  c.config.num_spec = int_field(cf, C, "num_spec");
-  c.config.max_num_seqs = int_field(cf, C, "max_num_seqs");
-  c.config.full_cuda_graph = to_bool(member(cf, C, "full_cuda_graph"), "config.full_cuda_graph");
-  const json& cap = member(cf, C, "max_cudagraph_capture_size");
-  c.config.max_cudagraph_capture_size =
-      cap.is_null() ? 0 : to_int(cap, "config.max_cudagraph_capture_size");
-  c.config.mamba_cache_mode = named(names::kCacheModes, cf, C, "mamba_cache_mode");
-  c.config.block_size = int_field(cf, C, "block_size");
-  c.config.num_speculative_blocks = int_field(cf, C, "num_speculative_blocks");
-  if (cf.contains("use_recoverssm"))
-    c.config.use_recoverssm = to_bool(cf.at("use_recoverssm"), "config.use_recoverssm");
-  if (cf.contains("num_prefill_checkpoint_blocks"))
-    c.config.num_prefill_checkpoint_blocks = int_field(cf, C, "num_prefill_checkpoint_blocks");
-  c.config.chunk_metadata = c.kind == BuilderKind::Gdn;
-  // Absent: the seed profile; the backend a CUDA engine resolves by default (GDN triton,
-  // KDA FlashKDA).
-  if (cf.contains("profile")) c.config.profile = named(names::kProfiles, cf, C, "profile");
-  c.config.prefill_backend =
-      c.kind == BuilderKind::Kda ? PrefillBackend::FlashKda : PrefillBackend::Triton;
-  if (cf.contains("prefill_backend") && !cf.at("prefill_backend").is_null())
-    c.config.prefill_backend = named(names::kPrefillBackends, cf, C, "prefill_backend");
-
+  c.config = parse_config(member(j, "", "config"), c.kind);
   const json& s = member(j, "", "step");
   const std::string S = "step";
   c.seq_lens = int_list(member(s, S, "seq_lens"), "step.seq_lens");
@@ -358,73 +398,58 @@ Case parse_case(const json& j) {
 }
 
 json config_json(const Config& c) {
-  json j{{"num_spec", c.num_spec},
-         {"max_num_seqs", c.max_num_seqs},
-         {"full_cuda_graph", c.full_cuda_graph},
-         {"max_cudagraph_capture_size",
-          c.max_cudagraph_capture_size > 0 ? json(c.max_cudagraph_capture_size) : json(nullptr)},
-         {"mamba_cache_mode", names::cache_mode_name(c.mamba_cache_mode)},
-         {"block_size", c.block_size},
-         {"num_speculative_blocks", c.num_speculative_blocks},
-         {"use_recoverssm", c.use_recoverssm},
-         {"num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks}};
-  if (c.profile != Profile::Seed) {
-    j["profile"] = names::profile_name(c.profile);
-    j["prefill_backend"] = names::prefill_backend_name(c.prefill_backend);
-  }
+  json j = json::object();
+  for_each_config_field(c, [&](const char* key, const auto& member) {
+    const std::string k = key;
+    // Not in case files: the token capacity comes from the step, chunk metadata from the
+    // builder; the profile's options only with the profile, Mamba2's chunk size with Mamba2.
+    if (k == "max_num_batched_tokens" || k == "chunk_metadata") return;
+    if (c.profile == Profile::Seed && (k == "profile" || k == "prefill_backend")) return;
+    if (k == "chunk_size" && c.chunk_size == 0) return;
+    if (k == "prefill_checkpoint_alignment" && c.profile == Profile::Seed) return;
+    j[k] = config_value(member);
+  });
   return j;
 }
 
 json to_json(const Metadata& m, BuilderKind kind) {
   const Target t = m.target;
-  json j;
-  j["num_prefills"] = m.num_prefills;
-  j["num_prefill_tokens"] = m.num_prefill_tokens;
-  j["num_decodes"] = m.num_decodes;
-  j["num_decode_tokens"] = m.num_decode_tokens;
-  j["num_spec_decodes"] = m.num_spec_decodes;
-  j["num_spec_decode_tokens"] = m.num_spec_decode_tokens;
-  j["num_actual_tokens"] = m.num_actual_tokens;
-  j["uniform_spec_sequence_length"] =
-      m.uniform_spec_sequence_length ? json(*m.uniform_spec_sequence_length) : json(nullptr);
-  // vLLM's causal-conv1d metadata: nums_dict[8], whose mlist / offsetlist are the first `tot`
-  // entries of batch_ptr / token_chunk_offset_ptr (the whole padded arrays: the table, below).
-  j["nums_dict"] = j["batch_ptr"] = j["token_chunk_offset_ptr"] = nullptr;
-  if (m.conv1d) {
-    const auto& cv = *m.conv1d;
-    const json bp = array_json(cv.batch_ptr, t), off = array_json(cv.token_chunk_offset_ptr, t);
-    const auto head = [&](const json& a) {
-      return json(a.begin(), a.begin() + std::min<ptrdiff_t>(std::ssize(a), cv.tot));
-    };
-    j["nums_dict"] = {{std::to_string(kConvBlock),
-                       {{"nums", array_json(cv.nums, Target::Host)},
-                        {"tot", cv.tot},
-                        {"mlist", head(bp)},
-                        {"mlist_len", cv.tot},
-                        {"offsetlist", head(off)}}}};
-  }
-  auto optional_int = [](const std::optional<int32_t>& v) { return v ? json(*v) : json(nullptr); };
-  j["checkpoint"] = m.checkpoint ? json::object() : json(nullptr);
-  j["flashinfer_checkpoint_plan"] = nullptr;
-  if (const auto& fi = m.flashinfer_checkpoint_plan)
-    j["flashinfer_checkpoint_plan"] = {{"every_n_tokens", fi->every_n_tokens},
-                                       {"num_checkpoints", fi->num_checkpoints}};
-  j["spec_token_start"] = optional_int(m.spec_token_start);
-  j["non_spec_token_start"] = optional_int(m.non_spec_token_start);
-  if (kind == BuilderKind::Kda) {
-    j["recoverssm_commit"] = nullptr;
-    if (m.recoverssm_commit) {
-      const auto& rc = *m.recoverssm_commit;
-      j["recoverssm_commit"] = {
-          {"state_indices", array_json(rc.state_indices, t)},
-          {"query_start_loc", array_json(rc.query_start_loc, t)},
-          {"align", rc.align ? json{{"block_size", rc.align->block_size}} : json(nullptr)}};
+  json j = json::object();
+  for_each_field(m, kind, [&](const OutputSpec& spec, const FieldRef& r) {
+    // Where the field goes: a dotted name nests; vLLM's nums_dict is keyed by BLOCK_M.
+    std::string name = spec.name;
+    constexpr std::string_view kNumsDict = "nums_dict.";
+    if (name.starts_with(kNumsDict))
+      name =
+          std::string(kNumsDict) + std::to_string(kConvBlock) + name.substr(kNumsDict.size() - 1);
+    std::replace(name.begin(), name.end(), '.', '/');
+    const std::string path = "/" + name;
+    const json::json_pointer at(path);
+    switch (r.type) {
+      case FieldType::Count:
+        j[at] = r.count();
+        break;
+      case FieldType::OptionalInt:
+        j[at] = r.present() ? json(*r.optional_int()) : json(nullptr);
+        break;
+      case FieldType::Flag:
+        j[at] = r.flag();
+        break;
+      case FieldType::Composite:
+        j[at] = r.present() ? json::object() : json(nullptr);
+        break;
+      case FieldType::Table:  // the caller's block table: not recorded
+        break;
+      case FieldType::Array: {
+        const Array& a = r.array();
+        j[at] = array_json(a, spec.host_memory() ? Target::Host : t);
+        if (!a.present) break;
+        j[json::json_pointer(path + "__dtype")] = dtype_name(a.dtype);
+        if (a.ndim == 2 && a.rows == 0)
+          j[json::json_pointer(path + "__shape")] = json::array({0, a.cols});
+        break;
+      }
     }
-  }
-  for_each_array(m, [&](const OutputSpec& spec, const Array& a) {
-    std::string path = std::string("/") + spec.name;
-    std::replace(path.begin(), path.end(), '.', '/');
-    j[json::json_pointer(path)] = array_json(a, t);
   });
   return j;
 }
@@ -470,13 +495,34 @@ std::vector<json> run_case(const Case& c, Target target, bool independent) {
   return out;
 }
 
+namespace {
+
+bool annotation(const std::string& key) {
+  const auto ends = [&](std::string_view suffix) {
+    return key.size() > suffix.size() &&
+           key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends("__dtype") || ends("__shape");
+}
+
+/// Nested objects (composites): every member the case records must match; members it does
+/// not record are not compared (the seed cases record two of a checkpoint's six).
+bool same_recorded(const json& expected, const json& got) {
+  if (!expected.is_object() || !got.is_object()) return expected == got;
+  for (auto it = expected.begin(); it != expected.end(); ++it)
+    if (!got.contains(it.key()) || !same_recorded(it.value(), got.at(it.key()))) return false;
+  return true;
+}
+
+}  // namespace
+
 std::vector<Mismatch> compare(const json& expected, const json& got) {
   std::vector<Mismatch> out;
   for (auto it = expected.begin(); it != expected.end(); ++it) {
     const json g = it.key() == "conv1d"     ? conv1d_entry(got)
                    : got.contains(it.key()) ? got.at(it.key())
                                             : json("<missing>");
-    if (g == it.value()) continue;
+    if (same_recorded(it.value(), g)) continue;
     if (it.key() == "flashinfer_prefill_seq_order" &&
         same_order_up_to_ties(it.value(), g,
                               expected.value("flashinfer_prefill_query_start_loc", json())))
@@ -484,11 +530,11 @@ std::vector<Mismatch> compare(const json& expected, const json& got) {
     out.push_back({it.key(), it.value().dump(), g.dump()});
   }
   // Fields the case does not record are None there (vllm-0.34 files record new fields only
-  // when set); the conv1d arrays are recorded as `conv1d`.
+  // when set); the seed format records the conv1d arrays as `conv1d`, and no dtypes.
   for (auto it = got.begin(); it != got.end(); ++it) {
     const bool conv =
         it.key() == "nums_dict" || it.key() == "batch_ptr" || it.key() == "token_chunk_offset_ptr";
-    if (!conv && !expected.contains(it.key()) && !it.value().is_null())
+    if (!conv && !annotation(it.key()) && !expected.contains(it.key()) && !it.value().is_null())
       out.push_back({it.key(), "null (not recorded)", it.value().dump()});
   }
   return out;

@@ -1,4 +1,6 @@
-// Metadata builders: GdnMetadataBuilder and KdaMetadataBuilder (one implementation).
+// Metadata builders: one implementation (MetadataBuilder) and a class per vLLM builder:
+// GdnMetadataBuilder, KdaMetadataBuilder, Mamba2MetadataBuilder, Mamba1MetadataBuilder,
+// ShortConvMetadataBuilder, LinearMetadataBuilder.
 #pragma once
 
 #include <cstdint>
@@ -88,25 +90,34 @@ class MetadataBuilder {
   [[nodiscard]] int64_t pinned_bytes() const;
   [[nodiscard]] int64_t buffer_bytes() const;
 
+  /// The implementation (an incomplete type here; src/builder_impl.hpp defines it for
+  /// linmeta's own tests). Throws linmeta::Error on a moved-from builder.
   class Impl;
-
- private:
-  /// The implementation; throws linmeta::Error on a moved-from builder.
   [[nodiscard]] Impl& impl() const;
 
+ private:
   std::unique_ptr<Impl> impl_;
 };
 
-class GdnMetadataBuilder : public MetadataBuilder {
+/// A MetadataBuilder of one kind: `KindMetadataBuilder<BuilderKind::Gdn> b(config)`.
+template <BuilderKind Kind>
+class KindMetadataBuilder : public MetadataBuilder {
  public:
-  explicit GdnMetadataBuilder(const Config& config, const BuilderOptions& options = {})
-      : MetadataBuilder(BuilderKind::Gdn, config, options) {}
+  explicit KindMetadataBuilder(const Config& config, const BuilderOptions& options = {})
+      : MetadataBuilder(Kind, config, options) {}
 };
 
-class KdaMetadataBuilder : public MetadataBuilder {
- public:
-  explicit KdaMetadataBuilder(const Config& config, const BuilderOptions& options = {})
-      : MetadataBuilder(BuilderKind::Kda, config, options) {}
-};
+/// vLLM's GDNAttentionMetadataBuilder (gdn_attn.py).
+using GdnMetadataBuilder = KindMetadataBuilder<BuilderKind::Gdn>;
+/// vLLM's KimiK3KDAMetadataBuilder (kimi_k3/nvidia/kda_metadata.py).
+using KdaMetadataBuilder = KindMetadataBuilder<BuilderKind::Kda>;
+/// vLLM 0.34's Mamba2AttentionMetadataBuilder (mamba2_attn.py); Profile::Vllm034.
+using Mamba2MetadataBuilder = KindMetadataBuilder<BuilderKind::Mamba2>;
+/// vLLM 0.34's Mamba1AttentionMetadataBuilder (mamba1_attn.py); Profile::Vllm034.
+using Mamba1MetadataBuilder = KindMetadataBuilder<BuilderKind::Mamba1>;
+/// vLLM 0.34's ShortConvAttentionMetadataBuilder (short_conv_attn.py); Profile::Vllm034.
+using ShortConvMetadataBuilder = KindMetadataBuilder<BuilderKind::ShortConv>;
+/// vLLM 0.34's LinearAttentionMetadataBuilder (linear_attn.py); Profile::Vllm034.
+using LinearMetadataBuilder = KindMetadataBuilder<BuilderKind::Linear>;
 
 }  // namespace linmeta

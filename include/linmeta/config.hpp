@@ -1,7 +1,8 @@
-// Builder configuration (SPEC §2).
+// Builder configuration (SPEC §2) and its field table.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace linmeta {
 
@@ -20,9 +21,11 @@ inline constexpr int32_t kKdaCheckpointAlign = 16;
 /// every size and index the builders derive from a configuration within int32, and bound
 /// the memory a builder allocates (at the bounds: ~90 MB of persistent FULL-graph buffers
 /// per KV-cache group and ~170 MB of step-level arrays). `block_size`,
-/// `max_cudagraph_capture_size` and `num_speculative_blocks` need none: any int32 is
-/// safe (a block larger than every sequence gathers from column 0; the capture size only
-/// lowers D; a gather window wider than the block table is rejected at build time).
+/// `max_cudagraph_capture_size`, `num_speculative_blocks`, `chunk_size` and
+/// `prefill_checkpoint_alignment` need none: any positive int32 is safe (a block larger than
+/// every sequence gathers from column 0; the capture size only lowers D; a gather window
+/// wider than the block table is rejected at build time; a chunk larger than every prefill
+/// gives one chunk per sequence).
 inline constexpr int32_t kMaxNumSpec = 32;
 inline constexpr int32_t kMaxNumSeqs = 16384;
 inline constexpr int32_t kMaxNumBatchedTokens = 1 << 24;
@@ -30,15 +33,36 @@ inline constexpr int32_t kMaxNumBatchedTokens = 1 << 24;
 enum class CacheMode : int32_t { None, All, Align };
 /// Which reference's rules the builders follow (docs/semantics.md).
 ///  Seed:     the seed builders (vLLM's GDN builder as patched for GLM-5.3, the Kimi-K3 KDA
-///            builder); the default.
-///  Vllm034:  upstream vLLM 0.34.0's gdn_attn.py and kimi_k3/nvidia/kda_metadata.py.
+///            builder); the default. GDN and KDA only.
+///  Vllm034:  upstream vLLM 0.34.0's builders (gdn_attn.py, kimi_k3/nvidia/kda_metadata.py,
+///            mamba_attn.py, mamba2_attn.py, mamba1_attn.py, short_conv_attn.py,
+///            linear_attn.py). The only profile of the Mamba family.
 enum class Profile : int32_t { Seed, Vllm034 };
 /// The prefill kernel backend, where it changes the metadata (vllm-0.34 profile only):
-/// GDN: Triton builds FLA chunk metadata, FlashInfer does not and exports prefill
-/// checkpoints; KDA: FlashKda exports prefill checkpoints, FlashInfer gets its own
-/// prefill query_start_loc and sequence order.
+/// GDN: Triton builds FLA chunk metadata, FlashInfer does not and gets a checkpoint plan;
+/// KDA: FlashKda exports prefill checkpoints, FlashInfer gets its own prefill
+/// query_start_loc and sequence order. The Mamba family has none (Triton).
 enum class PrefillBackend : int32_t { Triton, FlashInfer, FlashKda };
-enum class BuilderKind : int32_t { Gdn, Kda };
+/// The metadata builders, each vLLM's class of that name:
+///  Gdn        GDNAttentionMetadataBuilder            (Qwen3-Next, Qwen3.5, GLM-5-Next ...)
+///  Kda        KimiK3KDAMetadataBuilder               (Kimi-K3)
+///  Mamba2     Mamba2AttentionMetadataBuilder         (Nemotron-H, Granite 4.0, Falcon-H1,
+///                                                     Zamba2, Bamba, Mamba2)
+///  Mamba1     Mamba1AttentionMetadataBuilder         (Jamba, Falcon-Mamba, Mamba)
+///  ShortConv  ShortConvAttentionMetadataBuilder      (LFM2)
+///  Linear     LinearAttentionMetadataBuilder         (MiniMax-Text-01 / M1)
+enum class BuilderKind : int32_t { Gdn, Kda, Mamba2, Mamba1, ShortConv, Linear };
+inline constexpr int32_t kNumBuilderKinds = 6;
+
+/// GDN and KDA: the speculative-decoding builders of gdn_attn.py and its Kimi-K3 subclass.
+[[nodiscard]] constexpr bool is_gdn_family(BuilderKind k) {
+  return k == BuilderKind::Gdn || k == BuilderKind::Kda;
+}
+/// The builders on vLLM's BaseMambaAttentionMetadataBuilder (mamba_attn.py).
+[[nodiscard]] constexpr bool is_mamba_base(BuilderKind k) {
+  return k == BuilderKind::Mamba2 || k == BuilderKind::Mamba1 || k == BuilderKind::ShortConv;
+}
+
 /// Where the builder runs and where its arrays live.
 enum class Target : int32_t { Host, Cuda };
 
@@ -66,19 +90,30 @@ struct Config {
   bool chunk_metadata = true;
   /// KDA only: RecoverSSM speculative decoding.
   bool use_recoverssm = false;
-  /// Prefill checkpoints (align mode) when > 0: KDA in both profiles, GDN in vllm-0.34
-  /// (which needs prefill_backend = FlashInfer).
+  /// Prefill checkpoints (align mode) when > 0: KDA in both profiles, GDN and Mamba2 in
+  /// vllm-0.34.
   int32_t num_prefill_checkpoint_blocks = 0;
+  /// vllm-0.34: the grid checkpoint offsets lie on (vLLM's
+  /// MambaSpec.prefill_checkpoint_alignment) when > 0; 0 (unset): the builder's default,
+  /// GDN the block size (the prefix-cache grid of a vLLM 0.34 engine), KDA 16 (FlashKDA's
+  /// chunk), Mamba2 1 (vLLM's Mamba2 layer). The seed profile takes its fixed rules.
+  int32_t prefill_checkpoint_alignment = 0;
+  /// Mamba2 only: the SSD chunk size (vLLM's model_config.get_mamba_chunk_size()), > 0;
+  /// 0 (unset) for every other builder.
+  int32_t chunk_size = 0;
   /// Rule set; see Profile.
   Profile profile = Profile::Seed;
-  /// vllm-0.34 only (the seed profile takes Triton / FlashKda, whose rules it has).
+  /// vllm-0.34 GDN / KDA only (the seed profile takes Triton / FlashKda, whose rules it has).
   PrefillBackend prefill_backend = PrefillBackend::Triton;
 
-  /// D: rows (and tokens) the persistent FULL-graph buffers hold. Computed in 64 bits
-  /// and saturated to [0, INT32_MAX], so that it is defined for any field values (a
-  /// valid configuration never saturates).
-  [[nodiscard]] int32_t decode_cudagraph_max_bs() const {
-    int64_t d = static_cast<int64_t>(max_num_seqs) * (static_cast<int64_t>(num_spec) + 1);
+  /// D: rows the persistent FULL-graph buffers hold, vLLM's decode_cudagraph_max_bs of
+  /// that builder: GDN / KDA max_num_seqs * (num_spec + 1), the Mamba family max_num_seqs,
+  /// each capped by max_cudagraph_capture_size. Computed in 64 bits and saturated to
+  /// [0, INT32_MAX], so that it is defined for any field values (a valid configuration
+  /// never saturates).
+  [[nodiscard]] int32_t decode_cudagraph_max_bs(BuilderKind kind) const {
+    const int64_t per_row = is_gdn_family(kind) ? static_cast<int64_t>(num_spec) + 1 : 1;
+    int64_t d = static_cast<int64_t>(max_num_seqs) * per_row;
     if (max_cudagraph_capture_size > 0 && max_cudagraph_capture_size < d)
       d = max_cudagraph_capture_size;
     return d < 0 ? 0 : (d > INT32_MAX ? INT32_MAX : static_cast<int32_t>(d));
@@ -89,5 +124,36 @@ struct Config {
 /// field outside its range above, an enum value that is none of its enumerators,
 /// or an option the builder kind does not have.
 void validate_config(const Config& config, BuilderKind kind);
+
+/// A Config field whose unset value is <= 0: None in Python, null in case files.
+template <class Int>
+struct Unsettable {
+  Int& value;
+};
+
+/// The configuration's field table: calls f(name, member) for every field of `c` (a Config
+/// or a const Config), in declaration order; `member` is a reference to an int32_t, a bool,
+/// an enum (CacheMode, Profile, PrefillBackend) or an Unsettable. Every serialiser (the
+/// Python keyword arguments and `config` dict, case files, the bench's JSON) iterates it.
+template <class C, class F>
+void for_each_config_field(C& c, F&& f) {
+  using Int = decltype((c.num_spec));
+  using U = Unsettable<std::remove_reference_t<Int>>;
+  f("num_spec", c.num_spec);
+  f("max_num_seqs", c.max_num_seqs);
+  f("max_num_batched_tokens", c.max_num_batched_tokens);
+  f("full_cuda_graph", c.full_cuda_graph);
+  f("max_cudagraph_capture_size", U{c.max_cudagraph_capture_size});
+  f("mamba_cache_mode", c.mamba_cache_mode);
+  f("block_size", c.block_size);
+  f("num_speculative_blocks", c.num_speculative_blocks);
+  f("chunk_metadata", c.chunk_metadata);
+  f("use_recoverssm", c.use_recoverssm);
+  f("num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks);
+  f("prefill_checkpoint_alignment", U{c.prefill_checkpoint_alignment});
+  f("chunk_size", c.chunk_size);
+  f("profile", c.profile);
+  f("prefill_backend", c.prefill_backend);
+}
 
 }  // namespace linmeta

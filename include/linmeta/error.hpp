@@ -1,4 +1,4 @@
-// linmeta::Error — the one exception type the library throws.
+// The exceptions the library throws.
 #pragma once
 
 #include <stdexcept>
@@ -11,6 +11,14 @@ namespace linmeta {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// A broken invariant of linmeta itself (a write past the step arena, a job past its
+/// buffer): never the caller's input. Tests, the fuzzer and linmeta-replay treat one as a
+/// finding. A subclass of Error, so that engines that catch Error still catch it.
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& what) : Error("linmeta: internal error: " + what) {}
 };
 
 }  // namespace linmeta

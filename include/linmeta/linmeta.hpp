@@ -5,5 +5,6 @@
 #include "linmeta/config.hpp"
 #include "linmeta/error.hpp"
 #include "linmeta/metadata.hpp"
+#include "linmeta/names.hpp"
 #include "linmeta/outputs.hpp"
 #include "linmeta/step.hpp"

@@ -1,5 +1,6 @@
 // The metadata a build produces (SPEC §9): counts plus views of builder-owned arrays.
-// Every array field is described once in linmeta/outputs.hpp (name, dtype, buffer).
+// Every field is a row of the output table (linmeta/outputs.hpp): its vLLM name, which
+// builders fill it, element type, shape, buffer and scope are listed there, once.
 #pragma once
 
 #include <cstdint>
@@ -11,17 +12,21 @@
 
 namespace linmeta {
 
+/// vLLM's causal-conv1d metadata (compute_causal_conv1d_metadata), its `nums_dict[8]`.
 struct Conv1dMetadata {
-  int32_t tot = 0;               ///< number of programs
-  Array nums;                    ///< host memory, int32: programs per sequence
-  Array batch_ptr;               ///< int32 [capacity], PAD_SLOT_ID past tot
-  Array token_chunk_offset_ptr;  ///< int32 [capacity], PAD_SLOT_ID past tot
+  Array nums;             ///< host memory, int32 [sequences]: programs per sequence
+  int32_t tot = 0;        ///< number of programs
+  Array mlist;            ///< host memory, int64 [tot]: the sequence of each program
+  int32_t mlist_len = 0;  ///< = tot
+  Array offsetlist;  ///< host memory, int32 [tot]: each program's 8-token chunk in its sequence
+  Array batch_ptr;   ///< = Metadata::batch_ptr
+  Array token_chunk_offset_ptr;  ///< = Metadata::token_chunk_offset_ptr
 
   bool operator==(const Conv1dMetadata&) const = default;
 };
 
 struct RecoverSsmAlign {
-  BlockTable block_table;     ///< the step's raw block table (caller memory)
+  BlockTable block_table;     ///< the step's raw block table of this group (caller memory)
   Array num_computed_tokens;  ///< int32 [num_reqs]
   int32_t block_size = 0;
 
@@ -37,9 +42,15 @@ struct RecoverSsmCommit {
   bool operator==(const RecoverSsmCommit&) const = default;
 };
 
+/// Prefill checkpoints over the checkpoint rows (vLLM 0.34's MambaPrefillCheckpointMetadata;
+/// the seed profile's KDACheckpointMetadata has the first two fields).
 struct Checkpoint {
-  Array checkpoint_offsets;  ///< int32 [non-spec rows]
-  Array state_indices;       ///< int32 [non-spec rows]
+  Array checkpoint_offsets;  ///< int32 [rows]: into each row's query; 0: none
+  Array state_indices;       ///< int32 [rows]: the block-table entry the state goes to
+  Array offsets;             ///< host memory, int32 [rows]: = checkpoint_offsets
+  Array query_lens;          ///< host memory, int32 [rows]
+  Array request_rows;        ///< int64 [rows]: each checkpoint row's row in the batch
+  Array block_cols;          ///< int64 [rows]: block-table column of the state; -1: none
 
   bool operator==(const Checkpoint&) const = default;
 };
@@ -68,9 +79,10 @@ struct StepCounts {
   bool operator==(const StepCounts&) const = default;
 };
 
-/// GDN and KDA metadata; KDA-only fields stay absent for GDN and vice versa.
-/// Element types follow vLLM (see linmeta/outputs.hpp): int32 unless noted.
+/// The metadata of every builder kind; a field a kind does not fill stays absent (see the
+/// output table for which kind fills what). Element types follow vLLM: int32 unless noted.
 struct Metadata : StepCounts {
+  // GDN and KDA (gdn_attn.py's GDNAttentionMetadata).
   Array has_initial_state;  ///< bool
   Array chunk_indices;      ///< [n, 2]
   Array chunk_offsets;      ///< int64
@@ -84,9 +96,13 @@ struct Metadata : StepCounts {
   Array spec_sequence_masks;  ///< bool
   Array spec_token_indx;      ///< int64 (stable partition) or int32 (GDN pure-spec arange)
   Array non_spec_token_indx;  ///< as spec_token_indx
-  Array num_accepted_tokens;
   std::optional<int32_t> uniform_spec_sequence_length;
-  std::optional<Conv1dMetadata> conv1d;
+
+  // GDN, KDA and the Mamba base builders.
+  Array num_accepted_tokens;
+  Array batch_ptr;                       ///< int32 [capacity], PAD_SLOT_ID past the programs
+  Array token_chunk_offset_ptr;          ///< int32 [capacity], PAD_SLOT_ID past the programs
+  std::optional<Conv1dMetadata> conv1d;  ///< vLLM's nums_dict
 
   /// Prefill checkpoints: KDA (both profiles), GDN (vllm-0.34).
   std::optional<Checkpoint> checkpoint;
@@ -101,10 +117,35 @@ struct Metadata : StepCounts {
   Array flashinfer_prefill_query_start_loc;     ///< KDA, int64 [non-spec rows + 1]
   Array flashinfer_prefill_seq_order;           ///< KDA, int32 [non-spec rows]
 
+  // The Mamba base builders (mamba_attn.py's BaseMambaAttentionMetadata; docs/semantics.md M*).
+  int32_t num_reqs = 0;
+  Array has_initial_states_p;    ///< bool [prefills]
+  Array query_start_loc_p;       ///< [prefills + 1]
+  Array state_indices_tensor_p;  ///< [prefills]
+  Array state_indices_tensor_d;  ///< [decodes, slots]
+  Array query_start_loc_d;       ///< [decodes + 1]
+  /// The Mamba family and linear attention: the step's own device seq_lens (caller memory).
+  Array seq_lens;
+
+  // Mamba2 (mamba2_attn.py's Mamba2AttentionMetadata).
+  bool prep_initial_states = false;
+  int32_t chunk_size = 0;
+  Array cu_chunk_seqlen_p;     ///< [chunks + 1]
+  Array last_chunk_indices_p;  ///< [prefills]
+  Array seq_idx_p;             ///< [chunks]
+  Array checkpoint_chunk_idx;  ///< int64 [prefills]
+  std::optional<Checkpoint> checkpoint_meta;
+
+  // Linear attention (linear_attn.py's LinearAttentionMetadata).
+  Array query_start_loc;  ///< the step's own device query_start_loc (caller memory)
+  Array state_indices_tensor;
+
   /// Memory the array views point to.
   Target target = Target::Host;
+  /// Which build of its builder made this metadata (update_block_table checks it): unique
+  /// in the process, increasing.
+  uint64_t step_id = 0;
 
-  /// Equal counts and the same views (memory, shape, dtype): not the arrays' contents.
   bool operator==(const Metadata&) const = default;
 };
 

@@ -1,12 +1,16 @@
-// The output table: one row for every array a build can produce. Buffer layout,
-// per-step views, the for_each_array visitor, the Python field list and the replay
-// tool's JSON all iterate this table; nothing else lists the fields.
+// The output table: one row for every field a build can produce — counts and other
+// scalars, arrays, composites (vLLM's nested dataclasses and nums_dict) and their members.
+// Buffer layout, per-step views, update_block_table, the field visitor, the Python
+// properties and field lists, the replay tool's JSON and the tests' comparisons all
+// iterate this table; nothing else lists the fields.
 //
-// Adding an output: a row here (and its Metadata member), then its packing rule in
-// src/pack.cpp. docs/ARCHITECTURE.md walks through an example.
+// Adding an output: a row here and its Metadata member, then its rule in src/pack.cpp (and,
+// for new data, src/planner.cpp). docs/ARCHITECTURE.md walks through an example.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <optional>
 
 #include "linmeta/array.hpp"
 #include "linmeta/metadata.hpp"
@@ -15,76 +19,200 @@ namespace linmeta {
 
 /// Where a field's eager buffer lives: shared by the groups of a step, or one per group.
 /// FULL-graph staged buffers are always one per group (each group's graphs read its own).
+/// update_block_table re-gathers exactly the Group rows.
 enum class Scope : int32_t { Batch, Group };
+
+/// The shape of an array field: 1-D, [n, 2], or [n, S] with S the state slots per row of
+/// the group's block table (num_spec + 1, fewer for a narrower table in cache mode none).
+enum class Shape : int32_t { Vec, Pairs, Slots };
 
 /// Capacity formulas (elements), from the configuration: R = max_num_seqs,
 /// T = max_num_batched_tokens, S = state slots per spec row, G = max(R, D) rows of the
-/// FULL-graph buffers, D = decode_cudagraph_max_bs.
+/// FULL-graph buffers, D = decode_cudagraph_max_bs, C = chunk_size (Mamba2).
 enum class Cap : int32_t {
-  None,        ///< no buffer of this kind
-  View,        ///< no buffer: a slice of another field's buffer
-  Rows,        ///< R
-  RowsPlus1,   ///< R + 1
-  SpecRows,    ///< R * S
-  Tokens,      ///< T
-  Chunks2,     ///< 2 * (T / 64 + R): [chunks, 2]
-  Conv,        ///< 2 * max(1024, T / 8 + R)
-  Graph,       ///< G
-  GraphPlus1,  ///< G + 1
-  GraphSpec,   ///< G * S
-  GraphTokens  ///< D
+  None,              ///< no buffer of this kind (scalars, composites)
+  View,              ///< no buffer: a view of another field's buffer
+  Host,              ///< no buffer: host memory of the builder's plan
+  Input,             ///< no buffer: the caller's own array (seq_lens, query_start_loc, table)
+  Rows,              ///< R
+  RowsPlus1,         ///< R + 1
+  SpecRows,          ///< R * S
+  Tokens,            ///< T
+  Chunks2,           ///< 2 * (T / 64 + R): [chunks, 2]
+  Conv,              ///< 2 * max(1024, T / 8 + R)
+  MambaChunks,       ///< T / C + 4 R
+  MambaChunksPlus1,  ///< T / C + 4 R + 1
+  Graph,             ///< G
+  GraphPlus1,        ///< G + 1
+  GraphSpec,         ///< G * S
+  GraphTokens        ///< D
 };
 
-/// X(id, name, dtype, scope, eager capacity, staged capacity, accessor): `name` is vLLM's
-/// (dotted for nested fields), `dtype` the widest element type the buffer holds, the
-/// accessor the Metadata member (nullptr when its parent is absent). Non-output rows
-/// (internal state the kernel keeps between calls) have an empty accessor path.
+/// Which builders fill a field: a mask of BuilderKind bits.
+namespace kinds {
+inline constexpr uint32_t G = 1U << static_cast<int>(BuilderKind::Gdn);
+inline constexpr uint32_t K = 1U << static_cast<int>(BuilderKind::Kda);
+inline constexpr uint32_t M2 = 1U << static_cast<int>(BuilderKind::Mamba2);
+inline constexpr uint32_t M1 = 1U << static_cast<int>(BuilderKind::Mamba1);
+inline constexpr uint32_t SC = 1U << static_cast<int>(BuilderKind::ShortConv);
+inline constexpr uint32_t L = 1U << static_cast<int>(BuilderKind::Linear);
+inline constexpr uint32_t GK = G | K;         ///< GDN and KDA
+inline constexpr uint32_t MB = M2 | M1 | SC;  ///< the Mamba base builders
+inline constexpr uint32_t GKMB = GK | MB;
+inline constexpr uint32_t MBL = MB | L;
+inline constexpr uint32_t All = GK | MB | L;
+}  // namespace kinds
+[[nodiscard]] constexpr uint32_t kind_bit(BuilderKind k) { return 1U << static_cast<int>(k); }
+
+/// The rows of a prefill checkpoint composite (vLLM's MambaPrefillCheckpointMetadata),
+/// named `name`, the Metadata member `parent`.
+#define LINMETA_CHECKPOINT_ROWS(X, Id, name, kinds, parent)                        \
+  X(Id, name, kinds, Int32, Vec, Batch, None, None, &m.parent)                     \
+  X(Id##Offsets, name ".checkpoint_offsets", kinds, Int32, Vec, Batch, Rows, None, \
+    m.parent ? &m.parent->checkpoint_offsets : nullptr)                            \
+  X(Id##StateIndices, name ".state_indices", kinds, Int32, Vec, Group, Rows, None, \
+    m.parent ? &m.parent->state_indices : nullptr)                                 \
+  X(Id##HostOffsets, name ".offsets", kinds, Int32, Vec, Batch, Host, None,        \
+    m.parent ? &m.parent->offsets : nullptr)                                       \
+  X(Id##QueryLens, name ".query_lens", kinds, Int32, Vec, Batch, Host, None,       \
+    m.parent ? &m.parent->query_lens : nullptr)                                    \
+  X(Id##RequestRows, name ".request_rows", kinds, Int64, Vec, Batch, Rows, None,   \
+    m.parent ? &m.parent->request_rows : nullptr)                                  \
+  X(Id##BlockCols, name ".block_cols", kinds, Int64, Vec, Batch, Rows, None,       \
+    m.parent ? &m.parent->block_cols : nullptr)
+
+/// X(id, name, kinds, dtype, shape, scope, eager capacity, staged capacity, member):
+/// `name` is vLLM's (dotted inside composites), `kinds` the builders that have the field,
+/// `dtype` the widest element type an array holds (scalars: Int32, flags: Bool), the member
+/// the Metadata field (nullptr when its parent composite is absent; its C++ type says what
+/// the row is: int32_t count, std::optional<int32_t>, bool flag, Array, BlockTable, or
+/// std::optional<composite>). Parents precede their members. The last row is internal
+/// (state the kernel keeps for update_block_table): no name, no member.
 #define LINMETA_OUTPUTS(X)                                                                         \
-  X(HasInitialState, "has_initial_state", Bool, Batch, Rows, None, &m.has_initial_state)           \
-  X(ChunkIndices, "chunk_indices", Int32, Batch, Chunks2, None, &m.chunk_indices)                  \
-  X(ChunkOffsets, "chunk_offsets", Int64, Batch, RowsPlus1, None, &m.chunk_offsets)                \
-  X(PrefillQueryStartLoc, "prefill_query_start_loc", Int32, Batch, RowsPlus1, None,                \
+  X(NumPrefills, "num_prefills", All, Int32, Vec, Batch, None, None, &m.num_prefills)              \
+  X(NumPrefillTokens, "num_prefill_tokens", All, Int32, Vec, Batch, None, None,                    \
+    &m.num_prefill_tokens)                                                                         \
+  X(NumDecodes, "num_decodes", All, Int32, Vec, Batch, None, None, &m.num_decodes)                 \
+  X(NumDecodeTokens, "num_decode_tokens", All, Int32, Vec, Batch, None, None,                      \
+    &m.num_decode_tokens)                                                                          \
+  X(NumSpecDecodes, "num_spec_decodes", GK, Int32, Vec, Batch, None, None, &m.num_spec_decodes)    \
+  X(NumSpecDecodeTokens, "num_spec_decode_tokens", GK, Int32, Vec, Batch, None, None,              \
+    &m.num_spec_decode_tokens)                                                                     \
+  X(NumActualTokens, "num_actual_tokens", GK, Int32, Vec, Batch, None, None, &m.num_actual_tokens) \
+  X(NumReqs, "num_reqs", MB, Int32, Vec, Batch, None, None, &m.num_reqs)                           \
+  X(HasInitialState, "has_initial_state", GK, Bool, Vec, Batch, Rows, None, &m.has_initial_state)  \
+  X(ChunkIndices, "chunk_indices", GK, Int32, Pairs, Batch, Chunks2, None, &m.chunk_indices)       \
+  X(ChunkOffsets, "chunk_offsets", GK, Int64, Vec, Batch, RowsPlus1, None, &m.chunk_offsets)       \
+  X(PrefillQueryStartLoc, "prefill_query_start_loc", GK, Int32, Vec, Batch, RowsPlus1, None,       \
     &m.prefill_query_start_loc)                                                                    \
-  X(PrefillStateIndices, "prefill_state_indices", Int32, Group, View, None,                        \
+  X(PrefillStateIndices, "prefill_state_indices", GK, Int32, Vec, Group, View, None,               \
     &m.prefill_state_indices)                                                                      \
-  X(PrefillHasInitialState, "prefill_has_initial_state", Bool, Batch, View, None,                  \
+  X(PrefillHasInitialState, "prefill_has_initial_state", GK, Bool, Vec, Batch, View, None,         \
     &m.prefill_has_initial_state)                                                                  \
-  X(SpecQueryStartLoc, "spec_query_start_loc", Int32, Batch, RowsPlus1, GraphPlus1,                \
+  X(SpecQueryStartLoc, "spec_query_start_loc", GK, Int32, Vec, Batch, RowsPlus1, GraphPlus1,       \
     &m.spec_query_start_loc)                                                                       \
-  X(NonSpecQueryStartLoc, "non_spec_query_start_loc", Int32, Batch, RowsPlus1, GraphPlus1,         \
-    &m.non_spec_query_start_loc)                                                                   \
-  X(SpecStateIndices, "spec_state_indices_tensor", Int32, Group, SpecRows, GraphSpec,              \
+  X(NonSpecQueryStartLoc, "non_spec_query_start_loc", GK, Int32, Vec, Batch, RowsPlus1,            \
+    GraphPlus1, &m.non_spec_query_start_loc)                                                       \
+  X(SpecStateIndices, "spec_state_indices_tensor", GK, Int32, Slots, Group, SpecRows, GraphSpec,   \
     &m.spec_state_indices_tensor)                                                                  \
-  X(NonSpecStateIndices, "non_spec_state_indices_tensor", Int32, Group, Rows, Graph,               \
+  X(NonSpecStateIndices, "non_spec_state_indices_tensor", GK, Int32, Vec, Group, Rows, Graph,      \
     &m.non_spec_state_indices_tensor)                                                              \
-  X(SpecSequenceMasks, "spec_sequence_masks", Bool, Batch, Rows, Graph, &m.spec_sequence_masks)    \
-  X(SpecTokenIndx, "spec_token_indx", Int64, Batch, Tokens, GraphTokens, &m.spec_token_indx)       \
-  X(NonSpecTokenIndx, "non_spec_token_indx", Int64, Batch, Tokens, GraphTokens,                    \
+  X(SpecSequenceMasks, "spec_sequence_masks", GK, Bool, Vec, Batch, Rows, Graph,                   \
+    &m.spec_sequence_masks)                                                                        \
+  X(SpecTokenIndx, "spec_token_indx", GK, Int64, Vec, Batch, Tokens, GraphTokens,                  \
+    &m.spec_token_indx)                                                                            \
+  X(NonSpecTokenIndx, "non_spec_token_indx", GK, Int64, Vec, Batch, Tokens, GraphTokens,           \
     &m.non_spec_token_indx)                                                                        \
-  X(NumAcceptedTokens, "num_accepted_tokens", Int32, Batch, Rows, Graph, &m.num_accepted_tokens)   \
-  X(BatchPtr, "batch_ptr", Int32, Batch, Conv, None, m.conv1d ? &m.conv1d->batch_ptr : nullptr)    \
-  X(TokenChunkOffsetPtr, "token_chunk_offset_ptr", Int32, Batch, Conv, None,                       \
-    m.conv1d ? &m.conv1d->token_chunk_offset_ptr : nullptr)                                        \
-  X(RecoverSsmRequestIndices, "recoverssm_commit.request_indices", Int32, Batch, Rows, None,       \
-    m.recoverssm_commit ? &m.recoverssm_commit->request_indices : nullptr)                         \
-  X(RecoverSsmNumComputed, "recoverssm_commit.align.num_computed_tokens", Int32, Batch, Rows,      \
+  X(NumAcceptedTokens, "num_accepted_tokens", GKMB, Int32, Vec, Batch, Rows, Graph,                \
+    &m.num_accepted_tokens)                                                                        \
+  X(UniformSpecSequenceLength, "uniform_spec_sequence_length", GK, Int32, Vec, Batch, None, None,  \
+    &m.uniform_spec_sequence_length)                                                               \
+  X(BatchPtr, "batch_ptr", GKMB, Int32, Vec, Batch, Conv, None, &m.batch_ptr)                      \
+  X(TokenChunkOffsetPtr, "token_chunk_offset_ptr", GKMB, Int32, Vec, Batch, Conv, None,            \
+    &m.token_chunk_offset_ptr)                                                                     \
+  X(NumsDict, "nums_dict", GKMB, Int32, Vec, Batch, None, None, &m.conv1d)                         \
+  X(NumsDictNums, "nums_dict.nums", GKMB, Int32, Vec, Batch, Host, None,                           \
+    m.conv1d ? &m.conv1d->nums : nullptr)                                                          \
+  X(NumsDictTot, "nums_dict.tot", GKMB, Int32, Vec, Batch, None, None,                             \
+    m.conv1d ? &m.conv1d->tot : nullptr)                                                           \
+  X(NumsDictMlist, "nums_dict.mlist", GKMB, Int64, Vec, Batch, Host, None,                         \
+    m.conv1d ? &m.conv1d->mlist : nullptr)                                                         \
+  X(NumsDictMlistLen, "nums_dict.mlist_len", GKMB, Int32, Vec, Batch, None, None,                  \
+    m.conv1d ? &m.conv1d->mlist_len : nullptr)                                                     \
+  X(NumsDictOffsetlist, "nums_dict.offsetlist", GKMB, Int32, Vec, Batch, Host, None,               \
+    m.conv1d ? &m.conv1d->offsetlist : nullptr)                                                    \
+  X(NumsDictBatchPtr, "nums_dict.batch_ptr", GKMB, Int32, Vec, Batch, View, None,                  \
+    m.conv1d ? &m.conv1d->batch_ptr : nullptr)                                                     \
+  X(NumsDictTokenChunkOffsetPtr, "nums_dict.token_chunk_offset_ptr", GKMB, Int32, Vec, Batch,      \
+    View, None, m.conv1d ? &m.conv1d->token_chunk_offset_ptr : nullptr)                            \
+  LINMETA_CHECKPOINT_ROWS(X, Checkpoint, "checkpoint", GK, checkpoint)                             \
+  X(RecoverSsmCommit, "recoverssm_commit", K, Int32, Vec, Batch, None, None, &m.recoverssm_commit) \
+  X(RecoverSsmStateIndices, "recoverssm_commit.state_indices", K, Int32, Slots, Group, View, None, \
+    m.recoverssm_commit ? &m.recoverssm_commit->state_indices : nullptr)                           \
+  X(RecoverSsmQueryStartLoc, "recoverssm_commit.query_start_loc", K, Int32, Vec, Batch, View,      \
+    None, m.recoverssm_commit ? &m.recoverssm_commit->query_start_loc : nullptr)                   \
+  X(RecoverSsmRequestIndices, "recoverssm_commit.request_indices", K, Int32, Vec, Batch, Rows,     \
+    None, m.recoverssm_commit ? &m.recoverssm_commit->request_indices : nullptr)                   \
+  X(RecoverSsmAlign, "recoverssm_commit.align", K, Int32, Vec, Batch, None, None,                  \
+    m.recoverssm_commit ? &m.recoverssm_commit->align : nullptr)                                   \
+  X(RecoverSsmBlockTable, "recoverssm_commit.align.block_table", K, Int32, Vec, Group, Input,      \
     None,                                                                                          \
+    m.recoverssm_commit&& m.recoverssm_commit->align ? &m.recoverssm_commit->align->block_table    \
+                                                     : nullptr)                                    \
+  X(RecoverSsmNumComputed, "recoverssm_commit.align.num_computed_tokens", K, Int32, Vec, Batch,    \
+    Rows, None,                                                                                    \
     m.recoverssm_commit&& m.recoverssm_commit->align                                               \
         ? &m.recoverssm_commit->align->num_computed_tokens                                         \
         : nullptr)                                                                                 \
-  X(CheckpointOffsets, "checkpoint.checkpoint_offsets", Int32, Batch, Rows, None,                  \
-    m.checkpoint ? &m.checkpoint->checkpoint_offsets : nullptr)                                    \
-  X(CheckpointStateIndices, "checkpoint.state_indices", Int32, Group, Rows, None,                  \
-    m.checkpoint ? &m.checkpoint->state_indices : nullptr)                                         \
-  X(FlashInferCheckpointCuStarts, "flashinfer_checkpoint_plan.cu_starts", Int64, Batch, RowsPlus1, \
-    None, m.flashinfer_checkpoint_plan ? &m.flashinfer_checkpoint_plan->cu_starts : nullptr)       \
-  X(FlashInferCheckpointRows, "flashinfer_checkpoint_plan.rows", Int64, Batch, Rows, None,         \
+  X(RecoverSsmBlockSize, "recoverssm_commit.align.block_size", K, Int32, Vec, Batch, None, None,   \
+    m.recoverssm_commit&& m.recoverssm_commit->align ? &m.recoverssm_commit->align->block_size     \
+                                                     : nullptr)                                    \
+  X(FlashInferCheckpointPlan, "flashinfer_checkpoint_plan", G, Int32, Vec, Batch, None, None,      \
+    &m.flashinfer_checkpoint_plan)                                                                 \
+  X(FlashInferCheckpointEveryN, "flashinfer_checkpoint_plan.every_n_tokens", G, Int32, Vec, Batch, \
+    None, None,                                                                                    \
+    m.flashinfer_checkpoint_plan ? &m.flashinfer_checkpoint_plan->every_n_tokens : nullptr)        \
+  X(FlashInferCheckpointCount, "flashinfer_checkpoint_plan.num_checkpoints", G, Int32, Vec, Batch, \
+    None, None,                                                                                    \
+    m.flashinfer_checkpoint_plan ? &m.flashinfer_checkpoint_plan->num_checkpoints : nullptr)       \
+  X(FlashInferCheckpointCuStarts, "flashinfer_checkpoint_plan.cu_starts", G, Int64, Vec, Batch,    \
+    RowsPlus1, None,                                                                               \
+    m.flashinfer_checkpoint_plan ? &m.flashinfer_checkpoint_plan->cu_starts : nullptr)             \
+  X(FlashInferCheckpointRows, "flashinfer_checkpoint_plan.rows", G, Int64, Vec, Batch, Rows, None, \
     m.flashinfer_checkpoint_plan ? &m.flashinfer_checkpoint_plan->rows : nullptr)                  \
-  X(FlashInferPrefillQueryStartLoc, "flashinfer_prefill_query_start_loc", Int64, Batch, RowsPlus1, \
-    None, &m.flashinfer_prefill_query_start_loc)                                                   \
-  X(FlashInferPrefillSeqOrder, "flashinfer_prefill_seq_order", Int32, Batch, Rows, None,           \
+  X(SpecTokenStart, "spec_token_start", K, Int32, Vec, Batch, None, None, &m.spec_token_start)     \
+  X(NonSpecTokenStart, "non_spec_token_start", K, Int32, Vec, Batch, None, None,                   \
+    &m.non_spec_token_start)                                                                       \
+  X(FlashInferPrefillQueryStartLoc, "flashinfer_prefill_query_start_loc", K, Int64, Vec, Batch,    \
+    RowsPlus1, None, &m.flashinfer_prefill_query_start_loc)                                        \
+  X(FlashInferPrefillSeqOrder, "flashinfer_prefill_seq_order", K, Int32, Vec, Batch, Rows, None,   \
     &m.flashinfer_prefill_seq_order)                                                               \
-  X(AlignedStart, "", Int32, Batch, Rows, None, nullptr)
+  X(HasInitialStatesP, "has_initial_states_p", MB, Bool, Vec, Batch, Rows, None,                   \
+    &m.has_initial_states_p)                                                                       \
+  X(QueryStartLocP, "query_start_loc_p", MB, Int32, Vec, Batch, RowsPlus1, None,                   \
+    &m.query_start_loc_p)                                                                          \
+  X(StateIndicesTensorP, "state_indices_tensor_p", MB, Int32, Vec, Group, Rows, None,              \
+    &m.state_indices_tensor_p)                                                                     \
+  X(StateIndicesTensorD, "state_indices_tensor_d", MB, Int32, Slots, Group, SpecRows, GraphSpec,   \
+    &m.state_indices_tensor_d)                                                                     \
+  X(QueryStartLocD, "query_start_loc_d", MB, Int32, Vec, Batch, RowsPlus1, None,                   \
+    &m.query_start_loc_d)                                                                          \
+  X(SeqLens, "seq_lens", MBL, Int32, Vec, Batch, Input, None, &m.seq_lens)                         \
+  X(PrepInitialStates, "prep_initial_states", M2, Bool, Vec, Batch, None, None,                    \
+    &m.prep_initial_states)                                                                        \
+  X(ChunkSize, "chunk_size", M2, Int32, Vec, Batch, None, None, &m.chunk_size)                     \
+  X(CuChunkSeqlenP, "cu_chunk_seqlen_p", MB, Int32, Vec, Batch, MambaChunksPlus1, None,            \
+    &m.cu_chunk_seqlen_p)                                                                          \
+  X(LastChunkIndicesP, "last_chunk_indices_p", MB, Int32, Vec, Batch, Rows, None,                  \
+    &m.last_chunk_indices_p)                                                                       \
+  X(SeqIdxP, "seq_idx_p", M2, Int32, Vec, Batch, MambaChunks, None, &m.seq_idx_p)                  \
+  X(CheckpointChunkIdx, "checkpoint_chunk_idx", M2, Int64, Vec, Batch, Rows, None,                 \
+    &m.checkpoint_chunk_idx)                                                                       \
+  LINMETA_CHECKPOINT_ROWS(X, CheckpointMeta, "checkpoint_meta", M2, checkpoint_meta)               \
+  X(QueryStartLoc, "query_start_loc", L, Int32, Vec, Batch, Input, None, &m.query_start_loc)       \
+  X(StateIndicesTensor, "state_indices_tensor", L, Int32, Vec, Group, Rows, None,                  \
+    &m.state_indices_tensor)                                                                       \
+  X(AlignedStart, "", All, Int32, Vec, Batch, Rows, None, nullptr)
 
 /// Row ids of the output table.
 enum class Out : int32_t {
@@ -95,23 +223,107 @@ enum class Out : int32_t {
 };
 inline constexpr int32_t kNumOutputs = static_cast<int32_t>(Out::Count);
 
+/// What a row of the table is, from its Metadata member's C++ type.
+enum class FieldType : int32_t {
+  Count,        ///< int32_t
+  OptionalInt,  ///< std::optional<int32_t>: None when absent
+  Flag,         ///< bool
+  Array,        ///< Array: None when not present
+  Table,        ///< BlockTable: the caller's block table
+  Composite     ///< std::optional<a struct of further rows>: None when absent
+};
+
+/// A row's member in one Metadata: `ptr` is null when the row's parent composite is absent.
+struct FieldRef {
+  FieldType type = FieldType::Array;
+  void* ptr = nullptr;
+  /// Composites: whether present, and making it present (default members) or absent.
+  bool (*composite_present)(const void*) = nullptr;
+  void (*composite_set)(void*, bool) = nullptr;
+
+  [[nodiscard]] explicit operator bool() const { return ptr != nullptr; }
+  [[nodiscard]] int32_t& count() const { return *static_cast<int32_t*>(ptr); }
+  [[nodiscard]] std::optional<int32_t>& optional_int() const {
+    return *static_cast<std::optional<int32_t>*>(ptr);
+  }
+  [[nodiscard]] bool& flag() const { return *static_cast<bool*>(ptr); }
+  [[nodiscard]] Array& array() const { return *static_cast<Array*>(ptr); }
+  [[nodiscard]] BlockTable& table() const { return *static_cast<BlockTable*>(ptr); }
+  /// Whether the field holds a value (a present array, a set optional, a present
+  /// composite; counts, flags and tables always do).
+  [[nodiscard]] bool present() const {
+    switch (type) {
+      case FieldType::OptionalInt:
+        return optional_int().has_value();
+      case FieldType::Array:
+        return array().present;
+      case FieldType::Composite:
+        return composite_present(ptr);
+      default:
+        return true;
+    }
+  }
+};
+
+namespace detail {
+inline FieldRef field_ref(int32_t* p) { return {FieldType::Count, p}; }
+inline FieldRef field_ref(std::optional<int32_t>* p) { return {FieldType::OptionalInt, p}; }
+inline FieldRef field_ref(bool* p) { return {FieldType::Flag, p}; }
+inline FieldRef field_ref(Array* p) { return {FieldType::Array, p}; }
+inline FieldRef field_ref(BlockTable* p) { return {FieldType::Table, p}; }
+template <class T>
+FieldRef field_ref(std::optional<T>* p) {
+  return {FieldType::Composite, p,
+          [](const void* q) { return static_cast<const std::optional<T>*>(q)->has_value(); },
+          [](void* q, bool on) {
+            auto& o = *static_cast<std::optional<T>*>(q);
+            if (on && !o)
+              o.emplace();
+            else if (!on)
+              o.reset();
+          }};
+}
+inline FieldRef field_ref(std::nullptr_t) { return {}; }
+}  // namespace detail
+
 struct OutputSpec {
   Out id;
-  const char* name;  ///< vLLM's name; empty for internal rows
+  const char* name;  ///< vLLM's name, dotted inside composites; empty for internal rows
+  uint32_t kinds;    ///< kinds::* mask of the builders that have the field
   DType dtype;
+  Shape shape;
   Scope scope;
   Cap eager;
   Cap staged;
-  Array* (*field)(Metadata& m);  ///< the Metadata member, or nullptr
+  FieldRef (*field)(Metadata& m);  ///< the Metadata member
 
   [[nodiscard]] constexpr bool is_output() const { return name[0] != '\0'; }
+  [[nodiscard]] constexpr bool has(BuilderKind kind) const { return (kinds & kind_bit(kind)) != 0; }
+  /// A member of a composite (a dotted name).
+  [[nodiscard]] bool nested() const { return std::strchr(name, '.') != nullptr; }
+  /// The last component of the name ("state_indices" of "checkpoint.state_indices").
+  [[nodiscard]] const char* leaf() const {
+    const char* dot = std::strrchr(name, '.');
+    return dot != nullptr ? dot + 1 : name;
+  }
+  /// Array memory: the caller's (Input), the plan's host memory (Host), else the target's.
+  [[nodiscard]] constexpr bool host_memory() const { return eager == Cap::Host; }
+  [[nodiscard]] constexpr bool caller_memory() const { return eager == Cap::Input; }
 };
 
 inline constexpr OutputSpec kOutputs[] = {
-#define LINMETA_OUT_ROW(id, name, dtype, scope, eager, staged, access)                             \
-  {Out::id, name, DType::dtype, Scope::scope, Cap::eager, Cap::staged, [](Metadata& m) -> Array* { \
-     static_cast<void>(m);                                                                         \
-     return access;                                                                                \
+#define LINMETA_OUT_ROW(id, name, kinds_, dtype, shape, scope, eager, staged, member) \
+  {Out::id,                                                                           \
+   name,                                                                              \
+   kinds::kinds_,                                                                     \
+   DType::dtype,                                                                      \
+   Shape::shape,                                                                      \
+   Scope::scope,                                                                      \
+   Cap::eager,                                                                        \
+   Cap::staged,                                                                       \
+   [](Metadata& m) -> FieldRef {                                                      \
+     static_cast<void>(m);                                                            \
+     return detail::field_ref(member);                                                \
    }},
     LINMETA_OUTPUTS(LINMETA_OUT_ROW)
 #undef LINMETA_OUT_ROW
@@ -122,16 +334,25 @@ static_assert(sizeof(kOutputs) / sizeof(kOutputs[0]) == kNumOutputs);
   return kOutputs[static_cast<int32_t>(id)];
 }
 
-/// Calls f(const OutputSpec&, const Array&) for every output field of `m` whose
-/// parent is present (absent arrays included: check `array.present`), in table order.
-template <class F>
-void for_each_array(const Metadata& m, F&& f) {
-  // The accessors only take addresses: nothing is modified.
-  auto& mutable_m = const_cast<Metadata&>(m);
+/// Calls f(const OutputSpec&, FieldRef) for every output field of builder kind `kind`
+/// whose parent is present in `m` (absent fields included: check `FieldRef::present()`),
+/// in table order (parents before their members). The FieldRef points into `m`.
+template <class M, class F>
+void for_each_field(M& m, BuilderKind kind, F&& f) {
+  auto& mutable_m = const_cast<Metadata&>(static_cast<const Metadata&>(m));
   for (const OutputSpec& spec : kOutputs) {
-    if (!spec.is_output()) continue;
-    if (const Array* a = spec.field(mutable_m)) f(spec, *a);
+    if (!spec.is_output() || !spec.has(kind)) continue;
+    if (const FieldRef r = spec.field(mutable_m)) f(spec, r);
   }
+}
+
+/// Calls f(const OutputSpec&, const Array&) for every array field of builder kind `kind`
+/// whose parent is present (absent arrays included: check `array.present`), in table order.
+template <class F>
+void for_each_array(const Metadata& m, BuilderKind kind, F&& f) {
+  for_each_field(m, kind, [&](const OutputSpec& spec, const FieldRef& r) {
+    if (r.type == FieldType::Array) f(spec, static_cast<const Array&>(r.array()));
+  });
 }
 
 }  // namespace linmeta

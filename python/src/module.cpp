@@ -365,7 +365,9 @@ NB_MODULE(_linmeta, m) {
           "config", [](const PyBuilder& b) { return config_dict(b.builder.config()); },
           "The configuration as a dict.")
       .def_prop_ro("decode_cudagraph_max_bs",
-                   [](const PyBuilder& b) { return b.builder.config().decode_cudagraph_max_bs(); })
+                   [](const PyBuilder& b) {
+                     return b.builder.config().decode_cudagraph_max_bs(b.builder.kind());
+                   })
       .def_prop_ro(
           "last_timing",
           [](const PyBuilder& b) {

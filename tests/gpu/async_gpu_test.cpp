@@ -183,7 +183,7 @@ TEST_P(NoSyncGpu, BuildsReturnWhileTheStreamIsBusy) {
       const auto u = static_cast<size_t>(i);
       const auto ms = build_step(cuda, steps[u], dev[u].step, dev[u].tables, true, stream.get());
       last.groups.assign(ms.begin(), ms.end());
-      last.own_nums();
+      last.own_host_arrays();
     }
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     state_after = state.host()[1];

@@ -97,7 +97,7 @@ TEST_P(CaptureGpu, OneLaunchAndReplayRestoresTheCapturedStep) {
     t.graph.capture(stream.get(), [&] {
       const auto ms = build(cuda, t.r, t.dev.step, t.dev.tables, t.capture_api, stream.get());
       t.views.groups.assign(ms.begin(), ms.end());
-      t.views.own_nums();
+      t.views.own_host_arrays();
     });
     const auto types = t.graph.node_types();
     const int copies = arena_was_copied(cuda) ? 1 : 0;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <list>
 #include <map>
 #include <span>
 #include <stdexcept>
@@ -55,7 +56,7 @@ inline int env_int(const char* name, int fallback) {
   return x > 0 ? static_cast<int>(x) : fallback;
 }
 
-inline const char* kind_name(BuilderKind k) { return k == BuilderKind::Gdn ? "gdn" : "kda"; }
+inline std::string kind_name(BuilderKind k) { return std::string(names::builder_kind_name(k)); }
 
 /// Whether the last build's arena was copied before the launch (too large for the kernel
 /// parameters): an inline launch carries at least the arena's bytes.
@@ -314,24 +315,16 @@ class Graph {
 
 // ---- metadata arrays ----------------------------------------------------------------
 
-/// Calls f(name, array) for every array of `m` in target memory (all but
-/// conv1d.nums, which is host memory on every target), in the output table's order.
-template <class F>
-void for_each_named_array(Metadata& m, F&& f) {
-  for (const OutputSpec& spec : kOutputs)
-    if (spec.is_output())
-      if (Array* a = spec.field(m)) f(spec.name, *a);
-}
-template <class F>
-void for_each_named_array(const Metadata& m, F&& f) {
-  linmeta::for_each_array(m, [&](const OutputSpec& spec, const Array& a) { f(spec.name, a); });
-}
-
-/// The fields that alias others (RecoverSSM commit) follow them after a move.
-inline void relink_aliases(Metadata& m) {
-  if (!m.recoverssm_commit) return;
-  m.recoverssm_commit->state_indices = m.spec_state_indices_tensor;
-  m.recoverssm_commit->query_start_loc = m.spec_query_start_loc;
+/// Calls f(spec, array) for every array field of `m` whose parent is present (every
+/// builder kind's rows: another kind's stay absent), in the output table's order. Arrays
+/// of Cap::Host rows are host memory on every target; the others target memory.
+template <class M, class F>
+void for_each_table_array(M& m, F&& f) {
+  for (const OutputSpec& spec : kOutputs) {
+    if (!spec.is_output()) continue;
+    const FieldRef r = spec.field(const_cast<Metadata&>(static_cast<const Metadata&>(m)));
+    if (r && r.type == FieldType::Array) f(spec, r.array());
+  }
 }
 
 inline size_t array_bytes(const Array& a) {
@@ -350,101 +343,52 @@ struct HostMetadata {
 
   std::vector<Metadata> groups;
   std::vector<std::byte> bytes;
-  std::vector<std::vector<int32_t>> nums;
+  std::list<std::vector<std::byte>> host_copies;
 
-  /// Copies each group's conv1d.nums (host memory of the builder) into `nums`.
-  void own_nums() {
-    nums.resize(groups.size());
-    for (size_t g = 0; g < groups.size(); ++g) {
-      auto& c = groups[g].conv1d;
-      if (!c || !c->nums.present) continue;
-      const auto* v = c->nums.as<int32_t>();
-      nums[g].assign(v, v + c->nums.size());
-      c->nums.data = nums[g].data();
-    }
+  /// Copies the arrays in the builder's host memory (its plans, rewritten two builds later)
+  /// into this object; target-memory arrays stay views.
+  void own_host_arrays() {
+    for (auto& m : groups)
+      for_each_table_array(m, [&](const OutputSpec& spec, Array& a) {
+        const size_t n = array_bytes(a);
+        if (n == 0 || !spec.host_memory()) return;
+        const auto* p = static_cast<const std::byte*>(a.data);
+        a.data = host_copies.emplace_back(p, p + n).data();
+      });
   }
 };
 
-/// The driver's cuMemGetAddressRange, reached through the runtime (no libcuda link).
-inline bool allocation_range(const void* p, uintptr_t& base, size_t& size) {
-  using Fn = int (*)(unsigned long long*, size_t*, unsigned long long);
-  static const Fn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || f == nullptr) {
-      (void)cudaGetLastError();
-      return Fn{};
-    }
-    Fn g{};
-    std::memcpy(&g, &f, sizeof g);
-    return g;
-  }();
-  if (fn == nullptr) return false;
-  unsigned long long b = 0;
-  size_t s = 0;
-  if (fn(&b, &s, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(p))) != 0)
-    return false;
-  base = static_cast<uintptr_t>(b);
-  size = s;
-  return true;
+/// Copies every array of `ms` into `out.bytes` (target-memory arrays with cudaMemcpy on
+/// the cuda target) and points the copies' views there.
+inline void copy_arrays(std::span<Metadata> ms, HostMetadata& out) {
+  size_t total = 0;
+  for (const auto& m : ms)
+    for_each_table_array(
+        m, [&](const OutputSpec&, const Array& a) { total += align_up(array_bytes(a)); });
+  out.bytes.assign(total, std::byte{0});
+  size_t at = 0;
+  for (auto& m : ms) {
+    const bool cuda = m.target == Target::Cuda;
+    for_each_table_array(m, [&](const OutputSpec& spec, Array& a) {
+      const size_t n = array_bytes(a);
+      if (n == 0) return;
+      if (cuda && !spec.host_memory())
+        check(cudaMemcpy(out.bytes.data() + at, a.data, n, cudaMemcpyDeviceToHost),
+              "cudaMemcpy(read back)");
+      else
+        std::memcpy(out.bytes.data() + at, a.data, n);
+      a.data = out.bytes.data() + at;
+      at += align_up(n);
+    });
+    m.target = Target::Host;
+  }
 }
 
-/// Host copies of `ms` (every group of one build). On the cuda target the arrays
-/// are read with one cudaMemcpy when they share one allocation (the builder's
-/// output block), else one copy per array. The caller synchronises first.
+/// Host copies of `ms` (every group of one build). The caller synchronises first.
 inline HostMetadata read_back(std::span<const Metadata> ms) {
   HostMetadata out;
   out.groups.assign(ms.begin(), ms.end());
-  const bool cuda = !ms.empty() && ms[0].target == Target::Cuda;
-  uintptr_t lo = UINTPTR_MAX, hi = 0;
-  size_t total = 0;
-  for (const auto& m : ms)
-    for_each_named_array(m, [&](const char*, const auto& a) {
-      const size_t n = array_bytes(a);
-      if (n == 0) return;
-      const auto p = reinterpret_cast<uintptr_t>(a.data);
-      lo = std::min(lo, p);
-      hi = std::max(hi, p + n);
-      total += align_up(n);
-    });
-  uintptr_t base = 0;
-  size_t size = 0;
-  const bool one_range = cuda && hi > lo &&
-                         allocation_range(reinterpret_cast<const void*>(lo), base, size) &&
-                         hi <= base + size;
-  if (one_range) {
-    out.bytes.resize(hi - lo);
-    check(cudaMemcpy(out.bytes.data(), reinterpret_cast<const void*>(lo), hi - lo,
-                     cudaMemcpyDeviceToHost),
-          "cudaMemcpy(read back)");
-    for (auto& m : out.groups)
-      for_each_named_array(m, [&](const char*, auto& a) {
-        if (array_bytes(a) == 0) return;
-        a.data = out.bytes.data() + (reinterpret_cast<uintptr_t>(a.data) - lo);
-      });
-  } else {
-    out.bytes.resize(total);
-    size_t at = 0;
-    for (auto& m : out.groups)
-      for_each_named_array(m, [&](const char*, auto& a) {
-        const size_t n = array_bytes(a);
-        if (n == 0) return;
-        if (cuda)
-          check(cudaMemcpy(out.bytes.data() + at, a.data, n, cudaMemcpyDeviceToHost),
-                "cudaMemcpy(read back)");
-        else
-          std::memcpy(out.bytes.data() + at, a.data, n);
-        a.data = out.bytes.data() + at;
-        at += align_up(n);
-      });
-  }
-  for (auto& m : out.groups) {
-    m.target = Target::Host;
-    relink_aliases(m);
-  }
-  out.own_nums();
+  copy_arrays(out.groups, out);
   return out;
 }
 
@@ -452,9 +396,10 @@ inline HostMetadata read_back(const Metadata& m) {
   return read_back(std::span<const Metadata>(&m, 1));
 }
 
-/// Snapshots of metadata taken right after each build: every array is copied
-/// (cudaMemcpyAsync device->device on the build's stream, or memcpy on the host
-/// target) into an area of this object, so later builds may reuse the outputs.
+/// Snapshots of metadata taken right after each build: every target-memory array is copied
+/// (cudaMemcpyAsync device->device on the build's stream, or memcpy on the host target)
+/// into an area of this object, every host-memory array at once into host memory, so later
+/// builds may reuse the outputs.
 class SnapshotArea {
  public:
   SnapshotArea(Target target, size_t bytes) : target_(target), capacity_(bytes) {
@@ -465,11 +410,16 @@ class SnapshotArea {
   }
 
   void take(const Metadata& m, cudaStream_t stream) {
-    std::vector<size_t> offsets;
-    for_each_named_array(m, [&](const char*, const auto& a) {
+    Metadata copy = m;
+    std::vector<Saved> saved;
+    for_each_table_array(copy, [&](const OutputSpec& spec, Array& a) {
       const size_t n = array_bytes(a);
-      offsets.push_back(used_);
       if (n == 0) return;
+      if (spec.host_memory()) {
+        const auto* p = static_cast<const std::byte*>(a.data);
+        saved.push_back({spec.id, false, 0, std::vector<std::byte>(p, p + n)});
+        return;
+      }
       if (used_ + n > capacity_) throw std::runtime_error("SnapshotArea: out of space");
       if (target_ == Target::Cuda)
         check(cudaMemcpyAsync(dev_.get<std::byte>() + used_, a.data, n, cudaMemcpyDeviceToDevice,
@@ -477,130 +427,105 @@ class SnapshotArea {
               "cudaMemcpyAsync(snapshot)");
       else
         std::memcpy(host_.data() + used_, a.data, n);
+      saved.push_back({spec.id, true, used_, {}});
       used_ += align_up(n);
     });
-    metas_.push_back(m);
-    offsets_.push_back(std::move(offsets));
-    HostMetadata nums;  // conv1d.nums is host memory of the builder: copy it now
-    nums.groups.push_back(m);
-    nums.own_nums();
-    nums_.push_back(std::move(nums.nums[0]));
+    metas_.push_back(copy);
+    saved_.push_back(std::move(saved));
   }
 
   /// Every snapshot, in the order taken, as host metadata. Synchronise the
   /// stream of the copies first.
   [[nodiscard]] HostMetadata collect() const {
-    HostMetadata out;
-    out.bytes.resize(used_);
+    std::vector<std::byte> area(used_);
     if (used_ > 0) {
       if (target_ == Target::Cuda)
-        check(cudaMemcpy(out.bytes.data(), dev_.get(), used_, cudaMemcpyDeviceToHost),
+        check(cudaMemcpy(area.data(), dev_.get(), used_, cudaMemcpyDeviceToHost),
               "cudaMemcpy(snapshots)");
       else
-        std::memcpy(out.bytes.data(), host_.data(), used_);
+        std::memcpy(area.data(), host_.data(), used_);
     }
-    out.nums = nums_;
-    out.groups = metas_;
-    for (size_t i = 0; i < out.groups.size(); ++i) {
-      Metadata& m = out.groups[i];
-      size_t k = 0;
-      for_each_named_array(m, [&](const char*, auto& a) {
-        const size_t off = offsets_[i][k++];
-        if (array_bytes(a) == 0) return;
-        a.data = out.bytes.data() + off;
-      });
-      relink_aliases(m);
-      if (m.conv1d && m.conv1d->nums.present) m.conv1d->nums.data = out.nums[i].data();
-      m.target = Target::Host;
-    }
+    std::vector<Metadata> ms = metas_;
+    for (size_t i = 0; i < ms.size(); ++i)
+      for (const Saved& s : saved_[i]) {
+        Array& a = output_spec(s.id).field(ms[i]).array();
+        a.data = s.in_area ? static_cast<const void*>(area.data() + s.offset) : s.bytes.data();
+      }
+    HostMetadata out;
+    out.groups = std::move(ms);
+    for (auto& m : out.groups) m.target = Target::Host;
+    copy_arrays(out.groups, out);
     return out;
   }
 
   [[nodiscard]] size_t size() const { return metas_.size(); }
 
  private:
+  struct Saved {
+    Out id;
+    bool in_area;
+    size_t offset;
+    std::vector<std::byte> bytes;
+  };
   Target target_;
   size_t capacity_;
   size_t used_ = 0;
   DeviceMemory dev_;
   std::vector<std::byte> host_;
   std::vector<Metadata> metas_;
-  std::vector<std::vector<size_t>> offsets_;
-  std::vector<std::vector<int32_t>> nums_;
+  std::vector<std::vector<Saved>> saved_;
 };
 
 // ---- comparing metadata (both in host memory) -------------------------------------------
 
-struct ArrayInfo {
-  bool present = false;
-  int64_t rows = 0;
-  int32_t cols = 1, ndim = 1;
-  const std::byte* data = nullptr;
-  size_t bytes = 0;
-};
-
-inline std::map<std::string, ArrayInfo> arrays_of(const Metadata& m) {
-  std::map<std::string, ArrayInfo> out;
-  for_each_named_array(m, [&](const char* name, const auto& a) {
-    out[name] =
-        ArrayInfo{a.present,     a.rows, a.cols, a.ndim, reinterpret_cast<const std::byte*>(a.data),
-                  array_bytes(a)};
-  });
-  return out;
-}
-
-/// Names of the fields where `a` and `b` differ: every count, every optional's
-/// presence, every array's presence, shape and contents (conv1d arrays over their
-/// whole capacity). Both must be host memory.
-inline std::vector<std::string> diff(const Metadata& a, const Metadata& b) {
-  std::vector<std::string> out;
-  auto scalar = [&](const char* name, auto x, auto y) {
-    if (x != y)
-      out.push_back(std::string(name) + " (" + std::to_string(x) + " vs " + std::to_string(y) +
-                    ")");
-  };
-  scalar("num_prefills", a.num_prefills, b.num_prefills);
-  scalar("num_prefill_tokens", a.num_prefill_tokens, b.num_prefill_tokens);
-  scalar("num_decodes", a.num_decodes, b.num_decodes);
-  scalar("num_decode_tokens", a.num_decode_tokens, b.num_decode_tokens);
-  scalar("num_spec_decodes", a.num_spec_decodes, b.num_spec_decodes);
-  scalar("num_spec_decode_tokens", a.num_spec_decode_tokens, b.num_spec_decode_tokens);
-  scalar("num_actual_tokens", a.num_actual_tokens, b.num_actual_tokens);
-  scalar("uniform_spec_sequence_length", a.uniform_spec_sequence_length.value_or(-1),
-         b.uniform_spec_sequence_length.value_or(-1));
-  scalar("conv1d.present", a.conv1d.has_value(), b.conv1d.has_value());
-  if (a.conv1d && b.conv1d) {
-    scalar("conv1d.tot", a.conv1d->tot, b.conv1d->tot);
-    const auto& x = a.conv1d->nums;
-    const auto& y = b.conv1d->nums;
-    if (x.present != y.present || x.size() != y.size() ||
-        (x.size() > 0 && std::memcmp(x.data, y.data, static_cast<size_t>(x.bytes())) != 0))
-      out.emplace_back("conv1d.nums");
-  }
-  scalar("recoverssm_commit.present", a.recoverssm_commit.has_value(),
-         b.recoverssm_commit.has_value());
-  if (a.recoverssm_commit && b.recoverssm_commit) {
-    const auto& x = a.recoverssm_commit->align;
-    const auto& y = b.recoverssm_commit->align;
-    scalar("recoverssm_commit.align.present", x.has_value(), y.has_value());
-    if (x && y) {
-      scalar("recoverssm_commit.align.block_size", x->block_size, y->block_size);
-      scalar("recoverssm_commit.align.block_table.width", x->block_table.width,
-             y->block_table.width);
-      scalar("recoverssm_commit.align.block_table.row_stride", x->block_table.row_stride,
-             y->block_table.row_stride);
+/// Empty when row `spec`'s fields `x` and `y` (of two metadata in host memory) are equal,
+/// else what differs: values, presence, shape, dtype or contents.
+inline std::string diff_one(const OutputSpec& spec, const FieldRef& x, const FieldRef& y) {
+  const std::string name = spec.name;
+  switch (x.type) {
+    case FieldType::Count:
+      if (x.count() == y.count()) return {};
+      return name + " (" + std::to_string(x.count()) + " vs " + std::to_string(y.count()) + ")";
+    case FieldType::OptionalInt:
+      if (x.optional_int() == y.optional_int()) return {};
+      return name + " (" + std::to_string(x.optional_int().value_or(-1)) + " vs " +
+             std::to_string(y.optional_int().value_or(-1)) + ")";
+    case FieldType::Flag:
+      return x.flag() == y.flag() ? std::string() : name;
+    case FieldType::Composite:
+      return x.present() == y.present() ? std::string() : name + " (presence)";
+    case FieldType::Table:
+      return x.table().width == y.table().width && x.table().row_stride == y.table().row_stride
+                 ? std::string()
+                 : name + " (shape)";
+    case FieldType::Array: {
+      const Array& p = x.array();
+      const Array& q = y.array();
+      if (p.present != q.present || p.rows != q.rows || p.cols != q.cols || p.ndim != q.ndim ||
+          p.dtype != q.dtype)
+        return name + " (presence, shape or dtype)";
+      if (array_bytes(p) > 0 && std::memcmp(p.data, q.data, array_bytes(p)) != 0) return name;
+      return {};
     }
   }
-  scalar("checkpoint.present", a.checkpoint.has_value(), b.checkpoint.has_value());
-  const auto xa = arrays_of(a), xb = arrays_of(b);
-  for (const auto& [name, x] : xa) {
-    const auto it = xb.find(name);
-    if (it == xb.end()) continue;  // the optional's presence is reported above
-    const ArrayInfo& y = it->second;
-    if (x.present != y.present || x.rows != y.rows || x.cols != y.cols || x.ndim != y.ndim)
-      out.push_back(name + " (presence or shape)");
-    else if (x.bytes != y.bytes || (x.bytes > 0 && std::memcmp(x.data, y.data, x.bytes) != 0))
-      out.push_back(name);
+  return {};
+}
+
+/// Names of the fields where `a` and `b` differ: every row of the output table (every
+/// builder kind's; conv1d arrays over their whole capacity). Both must be host memory.
+inline std::vector<std::string> diff(const Metadata& a, const Metadata& b) {
+  std::vector<std::string> out;
+  auto& ma = const_cast<Metadata&>(a);
+  auto& mb = const_cast<Metadata&>(b);
+  for (const OutputSpec& spec : kOutputs) {
+    if (!spec.is_output()) continue;
+    const FieldRef x = spec.field(ma), y = spec.field(mb);
+    if (!x || !y) {
+      if (static_cast<bool>(x) != static_cast<bool>(y))
+        out.emplace_back(std::string(spec.name) + " (parent)");
+      continue;
+    }
+    if (std::string d = diff_one(spec, x, y); !d.empty()) out.push_back(std::move(d));
   }
   return out;
 }
@@ -632,8 +557,6 @@ inline std::string mismatch(const Metadata& got, const Metadata& want, BuilderKi
 /// A random step as a case-file line without "expected" (for reproducing a failure
 /// with linmeta-replay run).
 inline json case_json(const RandomStep& r, const std::string& name) {
-  const Config& c = r.config;
-  const char* modes[] = {"none", "all", "align"};
   auto table = [&](const std::vector<int32_t>& t) {
     json rows = json::array();
     for (int32_t i = 0; i < r.num_reqs; ++i)
@@ -654,33 +577,17 @@ inline json case_json(const RandomStep& r, const std::string& name) {
   step["num_actual_tokens"] = r.num_actual_tokens;
   step["num_decode_draft_tokens_cpu"] = r.has_drafts ? json(r.drafts) : json(nullptr);
   step["num_accepted_tokens"] = r.has_accepted ? json(r.accepted) : json(nullptr);
-  if (r.tables.size() == 1) {
-    step["block_table"] = table(r.tables[0]);
-  } else {
-    step["block_table"] = table(r.tables[0]);
+  step["block_table"] = table(r.tables[0]);
+  if (r.tables.size() > 1) {
     json groups = json::array();
     for (const auto& t : r.tables) groups.push_back(table(t));
     step["groups"] = groups;
   }
+  json config = cases::config_json(r.config);
+  config["max_num_batched_tokens"] = r.config.max_num_batched_tokens;
   return json{
-      {"name", name},
-      {"builder", kind_name(r.kind)},
-      {"config",
-       {{"num_spec", c.num_spec},
-        {"max_num_seqs", c.max_num_seqs},
-        {"max_num_batched_tokens", c.max_num_batched_tokens},
-        {"full_cuda_graph", c.full_cuda_graph},
-        {"max_cudagraph_capture_size",
-         c.max_cudagraph_capture_size > 0 ? json(c.max_cudagraph_capture_size) : json(nullptr)},
-        {"mamba_cache_mode", modes[static_cast<int>(c.mamba_cache_mode)]},
-        {"block_size", c.block_size},
-        {"num_speculative_blocks", c.num_speculative_blocks},
-        {"chunk_metadata", c.chunk_metadata},
-        {"use_recoverssm", c.use_recoverssm},
-        {"num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks}}},
-      {"step", step},
-      {"mode", r.capture ? "capture" : "build"},
-      {"row_stride", r.row_stride}};
+      {"name", name}, {"builder", names::builder_kind_name(r.kind)}, {"config", config},
+      {"step", step}, {"mode", r.capture ? "capture" : "build"},     {"row_stride", r.row_stride}};
 }
 
 }  // namespace linmeta::gputest

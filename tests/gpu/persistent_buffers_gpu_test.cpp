@@ -87,10 +87,10 @@ struct Span {
 /// Address ranges of the arrays of `m` by name (present arrays only).
 std::map<std::string, Span> spans_of(const Metadata& m) {
   std::map<std::string, Span> out;
-  for_each_named_array(m, [&](const char* name, const auto& a) {
-    if (!a.present) return;
+  for_each_table_array(m, [&](const OutputSpec& spec, const Array& a) {
+    if (!a.present || spec.host_memory()) return;
     const auto p = reinterpret_cast<uintptr_t>(a.data);
-    out[name] = Span{p, p + array_bytes(a)};
+    out[spec.name] = Span{p, p + array_bytes(a)};
   });
   return out;
 }

@@ -202,7 +202,7 @@ TEST(Hardening, ConfigBoundsThemselvesAreValid) {
   c.max_num_batched_tokens = kMaxNumBatchedTokens;
   c.mamba_cache_mode = CacheMode::Align;
   EXPECT_NO_THROW(validate_config(c, BuilderKind::Gdn));
-  EXPECT_EQ(c.decode_cudagraph_max_bs(), kMaxNumSeqs * (kMaxNumSpec + 1));
+  EXPECT_EQ(c.decode_cudagraph_max_bs(BuilderKind::Gdn), kMaxNumSeqs * (kMaxNumSpec + 1));
 }
 
 TEST(Hardening, UnboundedFieldsTakeAnyInt32) {
@@ -213,7 +213,7 @@ TEST(Hardening, UnboundedFieldsTakeAnyInt32) {
   c.full_cuda_graph = true;
   c.mamba_cache_mode = CacheMode::Align;
   GdnMetadataBuilder b(c, testing::host_options());
-  EXPECT_EQ(c.decode_cudagraph_max_bs(), 8 * 3);
+  EXPECT_EQ(c.decode_cudagraph_max_bs(BuilderKind::Gdn), 8 * 3);
   HostStep s;
   s.lens({3, 3}).seq({INT_MAX, 40}).draft_counts({2, 2}).accepted_counts({1, 2}).iota_table(3);
   EXPECT_EQ(testing::rows_of(b.build(s.step()).spec_state_indices_tensor),
@@ -228,12 +228,12 @@ TEST(Hardening, DecodeCudagraphMaxBsIsDefinedForAnyConfig) {
   Config c;
   c.max_num_seqs = INT_MAX;
   c.num_spec = INT_MAX;
-  EXPECT_EQ(c.decode_cudagraph_max_bs(), INT_MAX);
+  EXPECT_EQ(c.decode_cudagraph_max_bs(BuilderKind::Gdn), INT_MAX);
   c.num_spec = INT_MIN;
-  EXPECT_EQ(c.decode_cudagraph_max_bs(), 0);
+  EXPECT_EQ(c.decode_cudagraph_max_bs(BuilderKind::Gdn), 0);
   c.max_cudagraph_capture_size = 5;
   c.num_spec = 3;
-  EXPECT_EQ(c.decode_cudagraph_max_bs(), 5);
+  EXPECT_EQ(c.decode_cudagraph_max_bs(BuilderKind::Gdn), 5);
 }
 
 // ---- item 7: KDA RecoverSSM takes null accepted counts ---------------------------------

@@ -174,8 +174,8 @@ TEST(ProfileRules, K5K6TokenStartsAndFlashInferOrder) {
   c.prefill_backend = PrefillBackend::FlashInfer;
   const Step step = s.step();
   const BlockTable table = s.block_table();
-  detail::StepPlan p;
-  detail::reserve_plan(p, c);
+  detail::PlanStorage storage(c, BuilderKind::Kda);
+  detail::StepPlan p(storage);
   detail::plan_step(c, BuilderKind::Kda, step, false, {&table, 1}, p);
   EXPECT_EQ(p.spec_token_start, 0);
   EXPECT_EQ(p.non_spec_token_start, 4);
@@ -185,6 +185,7 @@ TEST(ProfileRules, K5K6TokenStartsAndFlashInferOrder) {
   EXPECT_EQ(Ints(p.fi_order.begin(), p.fi_order.begin() + 2), (Ints{1, 0}));
   c.profile = Profile::Seed;
   c.prefill_backend = PrefillBackend::FlashKda;
+  p = detail::StepPlan(storage);
   detail::plan_step(c, BuilderKind::Kda, step, false, {&table, 1}, p);
   EXPECT_EQ(p.spec_token_start, -1);
   EXPECT_FALSE(p.fi_prefill_qsl);

@@ -105,41 +105,56 @@ TEST(Split, FastPathCountsEveryRowAndPaddedTokensAsDecodes) {
   const Ints qsl{0, 1, 2, 2};
   auto all = [](int32_t) { return true; };
   // max ql <= 1 with treat_short_extends_as_decodes: is_prefilling is not consulted.
-  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 5, true, all), 3,
-               0, 5, 0);
+  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 5, 1, true, all),
+               3, 0, 5, 0);
 }
 
 TEST(Split, FirstRowPrefillMakesEverythingPrefill) {
   const Ints qsl{0, 3, 4, 5};
   auto none = [](int32_t) { return false; };
-  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 7, true, none), 0,
-               3, 0, 7);
-  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 7, false, none), 0,
-               3, 0, 7);
+  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 7, 1, true, none),
+               0, 3, 0, 7);
+  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 7, 1, false, none),
+               0, 3, 0, 7);
 }
 
 TEST(Split, RowsAfterFirstPrefillCountAsPrefill) {
   const Ints qsl{0, 1, 1, 5, 5};  // ql 1, 0, 4, 0; 9 padded tokens
   auto none = [](int32_t) { return false; };
-  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 9, true, none), 2,
-               2, 1, 8);
+  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 9, 1, true, none),
+               2, 2, 1, 8);
   // Without the flag, is_prefilling is OR'ed in: row 0 becomes the first prefill.
   auto row0 = [](int32_t r) { return r == 0; };
-  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 9, false, row0), 0,
-               4, 0, 9);
+  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 9, 1, false, row0),
+               0, 4, 0, 9);
   // With the flag, it is ignored.
-  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 9, true, row0), 2,
-               2, 1, 8);
+  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 9, 1, true, row0),
+               2, 2, 1, 8);
+}
+
+// vLLM's decode_threshold (the Mamba builders' 1 + k with speculative decoding): rows of up
+// to that many tokens are decodes.
+TEST(Split, DecodeThreshold) {
+  const Ints qsl{0, 3, 6, 7, 12};  // ql 3, 3, 1, 5
+  auto none = [](int32_t) { return false; };
+  expect_split(
+      detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 12, 3, false, none), 3, 1,
+      7, 5);
+  expect_split(
+      detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 12, 2, false, none), 0, 4,
+      0, 12);
+  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 12, 5, true, none),
+               4, 0, 12, 0);
 }
 
 TEST(Split, IsPrefillingOrOnShortRows) {
   const Ints qsl{0, 1, 2, 3};
   auto row1 = [](int32_t r) { return r == 1; };
-  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 5, false, row1), 1,
-               2, 1, 4);
+  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 5, 1, false, row1),
+               1, 2, 1, 4);
   auto none = [](int32_t) { return false; };
-  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 5, false, none), 3,
-               0, 5, 0);
+  expect_split(detail::split_decodes_and_prefills(std::span<const int32_t>(qsl), 5, 1, false, none),
+               3, 0, 5, 0);
 }
 
 // ---- SPEC §3: aligned state gather --------------------------------------------
@@ -831,7 +846,7 @@ TEST(Staging, KdaRecoverSsmRowsPastTheCaptureSizeKeepTheBufferSlices) {
   c.full_cuda_graph = true;
   c.max_cudagraph_capture_size = 10;
   c.block_size = 64;
-  ASSERT_EQ(c.decode_cudagraph_max_bs(), 10);
+  ASSERT_EQ(c.decode_cudagraph_max_bs(BuilderKind::Gdn), 10);
   KdaMetadataBuilder b(c, testing::host_options());
   HostStep s;
   s.lens({1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0})

@@ -472,7 +472,7 @@ TEST(Validation, UpdateBlockTableRejections) {
       expect_error([&] { b.update_block_table(good, narrow.block_table()); }, {"too narrow"},
                    "narrow table");
     Metadata stale = good;
-    stale.num_prefills += 1;
+    stale.step_id += 1;
     expect_error([&] { b.update_block_table(stale, base.step.block_table()); }, {"last built step"},
                  "metadata of another step");
     snap.expect_unchanged("update_block_table");

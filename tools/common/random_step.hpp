@@ -121,7 +121,7 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
   r.config = config;
   r.kind = o.kind;
   const int32_t k = config.num_spec;
-  const int32_t D = config.decode_cudagraph_max_bs();
+  const int32_t D = config.decode_cudagraph_max_bs(o.kind);
   const bool v034 = config.profile == Profile::Vllm034;
   r.capture = o.allow_capture && config.full_cuda_graph && coin(rng, 0.1) && D >= k + 1;
 

@@ -1,5 +1,6 @@
 // The spelling of linmeta's enums in files and on command lines (case files, bench JSON and
-// arguments, the Python keyword arguments): one table each, shared by every non-core component.
+// arguments, the Python keyword arguments and properties): one table each, vLLM's spelling
+// where vLLM has one.
 #pragma once
 
 #include <array>
@@ -19,11 +20,16 @@ inline constexpr std::array<std::pair<CacheMode, std::string_view>, 3> kCacheMod
     {CacheMode::Align, "align"},
 }};
 
-/// The builder kinds as case files name them (`"builder"`).
-inline constexpr std::array<std::pair<BuilderKind, std::string_view>, 2> kBuilderKinds{{
-    {BuilderKind::Gdn, "gdn"},
-    {BuilderKind::Kda, "kda"},
-}};
+/// The builder kinds as case files (`"builder"`), the bench and Python name them.
+inline constexpr std::array<std::pair<BuilderKind, std::string_view>, kNumBuilderKinds>
+    kBuilderKinds{{
+        {BuilderKind::Gdn, "gdn"},
+        {BuilderKind::Kda, "kda"},
+        {BuilderKind::Mamba2, "mamba2"},
+        {BuilderKind::Mamba1, "mamba1"},
+        {BuilderKind::ShortConv, "short_conv"},
+        {BuilderKind::Linear, "linear"},
+    }};
 
 /// `Config::profile` as case files (`config.profile`) and Python (`profile=`) spell it.
 inline constexpr std::array<std::pair<Profile, std::string_view>, 2> kProfiles{{
@@ -37,6 +43,16 @@ inline constexpr std::array<std::pair<PrefillBackend, std::string_view>, 3> kPre
     {PrefillBackend::FlashInfer, "flashinfer"},
     {PrefillBackend::FlashKda, "flashkda"},
 }};
+
+/// The table of an enum type: table_for(CacheMode{}) is kCacheModes.
+constexpr const auto& table_for(CacheMode) { return kCacheModes; }
+constexpr const auto& table_for(BuilderKind) { return kBuilderKinds; }
+constexpr const auto& table_for(Profile) { return kProfiles; }
+constexpr const auto& table_for(PrefillBackend) { return kPrefillBackends; }
+template <class E>
+constexpr const auto& table_of() {
+  return table_for(E{});
+}
 
 /// The name of `value` in `table`; "?" for a value the table lacks (e.g. a cast integer).
 template <class E, size_t N>

@@ -1,0 +1,44 @@
+// What the planning steps share (src/planner.cpp, gdn_rules.cpp, mamba_rules.cpp): one
+// step's inputs, the configuration and the plan being filled.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "capacity.hpp"
+#include "step_plan.hpp"
+
+namespace linmeta::detail {
+
+struct Ctx {
+  const Config& c;
+  BuilderKind kind;
+  const Step& s;
+  bool capture;
+  std::span<const BlockTable> tables;
+  Capacity cap;
+  StepPlan& p;
+
+  const int32_t* drafts = nullptr;   ///< the step's drafts, ql - 1 for a capture, or null
+  const bool* prefilling = nullptr;  ///< is_prefilling, all false when absent
+
+  [[nodiscard]] bool kda() const { return kind == BuilderKind::Kda; }
+  [[nodiscard]] bool v034() const { return c.profile == Profile::Vllm034; }
+};
+
+/// GDN / KDA classification (SPEC §4–8, rules R1–R4, K1–K6): gdn_rules.cpp.
+void plan_gdn_family(Ctx& x);
+/// The Mamba base builders (docs/semantics.md M1–M5): mamba_rules.cpp.
+void plan_mamba(Ctx& x);
+/// Linear attention (docs/semantics.md L1): mamba_rules.cpp.
+void plan_linear(Ctx& x);
+
+/// vLLM's compute_causal_conv1d_metadata over `n` sequences with cumulative lengths `cu`
+/// (read as differences): programs per sequence, their offsets and the host lists.
+void plan_conv1d(StepPlan& p, const int32_t* cu, int32_t n);
+/// Prefill checkpoints over the rows p.checkpoint.rows (SPEC §8, R5, K4, M4).
+void plan_checkpoints(Ctx& x);
+/// The grid checkpoint offsets lie on (vllm-0.34): Config::prefill_checkpoint_alignment, or
+/// the builder's default (GDN the block size, KDA FlashKDA's 16, Mamba2 1).
+[[nodiscard]] int32_t checkpoint_alignment(const Config& c, BuilderKind kind);
+}  // namespace linmeta::detail
