@@ -7,8 +7,11 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "cuda_check.hpp"
 #include "linmeta/names.hpp"
@@ -25,9 +28,32 @@ using tools::cuda_check;
   throw CaseError(path.empty() ? what : path + ": " + what);
 }
 
-std::string shown(const json& v) {
-  std::string s = v.dump();
-  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+/// `s` cut to `max` bytes with "..." (never inside a UTF-8 sequence: the message may be dumped
+/// as JSON again, which rejects invalid UTF-8).
+std::string cut(std::string s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t n = max - 3;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n) + "...";
+}
+
+/// `v` as JSON text; invalid UTF-8 in its strings (which dump() throws on) is replaced.
+std::string dumped(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+/// `v` for an error message, cut to 40 bytes.
+std::string shown(const json& v) { return cut(dumped(v), 40); }
+
+/// `v` when it is an integer in [lo, hi] (a float, a string, ... or a value out of range: none).
+std::optional<int64_t> int_in(const json& v, int64_t lo, int64_t hi) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    if (hi < 0 || u > static_cast<uint64_t>(hi) || static_cast<int64_t>(u) < lo) return {};
+    return static_cast<int64_t>(u);
+  }
+  if (!v.is_number_integer()) return {};
+  const auto x = v.get<int64_t>();
+  if (x < lo || x > hi) return {};
+  return x;
 }
 
 std::string at_index(const std::string& path, size_t i) {
@@ -185,36 +211,53 @@ json array_json(const Array& a, Target t) {
 
 /// The case-file `conv1d` entry (SPEC §10) of a to_json() result: the first `tot` programs and
 /// whether the arrays hold 2 * max(1024, tot) entries with PAD_SLOT_ID past `tot`.
+/// Throws json::exception when `got` is not of to_json()'s shape.
 json conv1d_entry(const json& got) {
-  const json& nd = got.value("nums_dict", json());
-  if (nd.is_null()) return nullptr;
-  const json& d = nd.at(std::to_string(kConvBlock));
-  const auto tot = d.at("tot").get<int64_t>();
+  const auto nd = got.find("nums_dict");
+  if (nd == got.end() || nd->is_null()) return nullptr;
+  const json& d = nd->at(std::to_string(kConvBlock));
   const json& bp = got.at("batch_ptr");
   const json& off = got.at("token_chunk_offset_ptr");
-  bool pad_ok = std::cmp_greater_equal(bp.size(), 2 * std::max<int64_t>(1024, tot)) &&
+  const auto tot = int_in(d.at("tot"), 0, std::numeric_limits<int32_t>::max());
+  if (!tot || !bp.is_array() || !off.is_array())
+    throw CaseError("conv1d metadata of an unexpected shape: tot " + shown(d.at("tot")));
+  bool pad_ok = std::cmp_greater_equal(bp.size(), 2 * std::max<int64_t>(1024, *tot)) &&
                 off.size() == bp.size();
-  for (size_t i = static_cast<size_t>(tot); pad_ok && i < bp.size(); ++i)
+  for (size_t i = static_cast<size_t>(*tot); pad_ok && i < bp.size(); ++i)
     pad_ok = bp[i] == kPadSlotId && off[i] == kPadSlotId;
   return {{"nums", d.at("nums")},
-          {"tot", tot},
+          {"tot", *tot},
           {"batch_ptr", d.at("mlist")},
           {"token_chunk_offset_ptr", d.at("offsetlist")},
           {"capacity_padding_ok", pad_ok}};
 }
 
 /// Sequence orders agree up to ties (vLLM sorts with an unstable argsort): a permutation
-/// of the same size with the same sequence length at every place.
+/// of the same size with the same sequence length at every place. Every operand may come from
+/// the case file: anything but permutations of 0..n-1 and int32 start locations is no match.
 bool same_order_up_to_ties(const json& expected_order, const json& got, const json& qsl) {
   if (!expected_order.is_array() || !got.is_array() || !qsl.is_array()) return false;
   const size_t n = expected_order.size();
   if (got.size() != n || qsl.size() != n + 1) return false;
-  std::vector<int> seen(n, 0);
-  auto len = [&](size_t i) { return qsl[i + 1].get<int64_t>() - qsl[i].get<int64_t>(); };
+  std::vector<int64_t> starts;  // int32 values: their differences cannot overflow
+  for (const json& x : qsl) {
+    const auto v =
+        int_in(x, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
+    if (!v) return false;
+    starts.push_back(*v);
+  }
+  auto len = [&](int64_t i) {
+    const auto k = static_cast<size_t>(i);
+    return starts[k + 1] - starts[k];
+  };
+  const auto last = static_cast<int64_t>(n) - 1;
+  std::vector<bool> seen_got(n), seen_expected(n);
   for (size_t i = 0; i < n; ++i) {
-    const auto g = got[i].get<int64_t>();
-    if (g < 0 || static_cast<size_t>(g) >= n || seen[static_cast<size_t>(g)]++ != 0) return false;
-    if (len(static_cast<size_t>(g)) != len(expected_order[i].get<size_t>())) return false;
+    const auto g = int_in(got[i], 0, last), e = int_in(expected_order[i], 0, last);
+    if (!g || !e || seen_got[static_cast<size_t>(*g)] || seen_expected[static_cast<size_t>(*e)])
+      return false;
+    seen_got[static_cast<size_t>(*g)] = seen_expected[static_cast<size_t>(*e)] = true;
+    if (len(*g) != len(*e)) return false;
   }
   return true;
 }
@@ -282,6 +325,33 @@ Config parse_config(const json& cf, BuilderKind kind) {
   return c;
 }
 
+/// The column (from 1) of the bracket at which `text` nests arrays and objects deeper than
+/// kMaxJsonDepth, 0 when it does not. Brackets inside strings do not count. On the part of a
+/// line that is valid JSON this is the parser's own depth, so a line that passes cannot make
+/// the parser build a deeper value.
+size_t too_deep_at(std::string_view text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (ch == '\\')
+        escaped = true;
+      else if (ch == '"')
+        in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > kMaxJsonDepth) return i + 1;
+    } else if ((ch == ']' || ch == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 bool ReferenceError::rejects_input() const {
@@ -293,6 +363,25 @@ bool cuda_available() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+Line parse_line(std::string_view text, int number) {
+  Line line;
+  line.number = number;
+  if (const size_t column = too_deep_at(text); column > 0) {
+    line.error = "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels (column " +
+                 std::to_string(column) + ")";
+    return line;
+  }
+  try {
+    line.value = json::parse(text);
+  } catch (const json::parse_error& e) {
+    line.error = "not valid JSON (column " + std::to_string(e.byte) + ")";
+  } catch (const json::exception& e) {  // e.g. out_of_range 406: a number such as 1e999
+    line.value = nullptr;
+    line.error = "not valid JSON: " + cut(e.what(), 100);
+  }
+  return line;
+}
+
 std::vector<Line> read_lines(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw CaseError("cannot open " + path);
@@ -300,14 +389,7 @@ std::vector<Line> read_lines(const std::string& path) {
   std::string text;
   for (int number = 1; std::getline(in, text); ++number) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    Line line;
-    line.number = number;
-    try {
-      line.value = json::parse(text);
-    } catch (const json::parse_error& e) {
-      line.error = "not valid JSON (column " + std::to_string(e.byte) + ")";
-    }
-    out.push_back(std::move(line));
+    out.push_back(parse_line(text, number));
   }
   if (in.bad()) throw CaseError("cannot read " + path);
   return out;
@@ -336,6 +418,8 @@ Case parse_case(const json& j) {
   const json& s = member(j, "", "step");
   const std::string S = "step";
   c.seq_lens = int_list(member(s, S, "seq_lens"), "step.seq_lens");
+  if (c.seq_lens.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+    bad("step.seq_lens", std::to_string(c.seq_lens.size()) + " entries, more than int32 allows");
   c.num_reqs = static_cast<int32_t>(c.seq_lens.size());
   const int64_t n = c.num_reqs;
   c.qsl = int_list(member(s, S, "query_start_loc"), "step.query_start_loc", n + 1);
@@ -390,7 +474,11 @@ Case parse_case(const json& j) {
     if (!eg.is_array() || eg.size() != c.tables.size())
       bad("expected_groups",
           "expected one object per group (" + std::to_string(c.tables.size()) + ")");
-    for (const auto& e : eg) c.expected_groups.push_back(e);
+    for (size_t g = 0; g < eg.size(); ++g) {
+      if (!eg[g].is_object())
+        bad(at_index("expected_groups", g), "expected an object, got " + shown(eg[g]));
+      c.expected_groups.push_back(eg[g]);
+    }
   } else {
     c.expected_groups.push_back(c.expected);
   }
@@ -518,16 +606,27 @@ bool same_recorded(const json& expected, const json& got) {
 
 std::vector<Mismatch> compare(const json& expected, const json& got) {
   std::vector<Mismatch> out;
+  if (!expected.is_object() || !got.is_object()) {
+    out.push_back({"(all)",
+                   expected.is_object() ? "an object" : shown(expected) + ", not an object",
+                   got.is_object() ? "an object" : shown(got) + ", not an object"});
+    return out;
+  }
   for (auto it = expected.begin(); it != expected.end(); ++it) {
-    const json g = it.key() == "conv1d"     ? conv1d_entry(got)
-                   : got.contains(it.key()) ? got.at(it.key())
-                                            : json("<missing>");
+    json g;
+    try {
+      g = it.key() == "conv1d"     ? conv1d_entry(got)
+          : got.contains(it.key()) ? got.at(it.key())
+                                   : json("<missing>");
+    } catch (const std::exception& e) {  // got not of to_json()'s shape
+      g = std::string("<") + e.what() + ">";
+    }
     if (same_recorded(it.value(), g)) continue;
     if (it.key() == "flashinfer_prefill_seq_order" &&
         same_order_up_to_ties(it.value(), g,
                               expected.value("flashinfer_prefill_query_start_loc", json())))
       continue;
-    out.push_back({it.key(), it.value().dump(), g.dump()});
+    out.push_back({it.key(), dumped(it.value()), dumped(g)});
   }
   // Fields the case does not record are None there (vllm-0.34 files record new fields only
   // when set); the seed format records the conv1d arrays as `conv1d`, and no dtypes.
@@ -535,7 +634,7 @@ std::vector<Mismatch> compare(const json& expected, const json& got) {
     const bool conv =
         it.key() == "nums_dict" || it.key() == "batch_ptr" || it.key() == "token_chunk_offset_ptr";
     if (!conv && !annotation(it.key()) && !expected.contains(it.key()) && !it.value().is_null())
-      out.push_back({it.key(), "null (not recorded)", it.value().dump()});
+      out.push_back({it.key(), "null (not recorded)", dumped(it.value())});
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "linmeta/linmeta.hpp"
@@ -50,15 +51,24 @@ struct Case {
   std::optional<ReferenceError> error;  ///< set instead of `expected` when the reference raised
 };
 
+/// The deepest nesting of arrays and objects a case-file line may have (case files need 6).
+/// Deeper lines are rejected before they are parsed: nlohmann's dump, comparison, copy and
+/// destruction recurse once per level, and a few ten thousand levels overflow the stack.
+inline constexpr int kMaxJsonDepth = 64;
+
 /// One line of a .jsonl file: its number (from 1) and its JSON, or why it is not JSON.
 struct Line {
   int number = 0;
   json value;
-  std::string error;  ///< non-empty: the line is not valid JSON
+  std::string error;  ///< non-empty: the line is not valid JSON or nests deeper than kMaxJsonDepth
 };
 
-/// Every non-blank line of a .jsonl file; malformed lines are returned with their error.
-/// Throws CaseError when the file cannot be read.
+/// Parses one line of a .jsonl file (`number` is only recorded). Never throws a JSON error:
+/// a line that is not JSON, or that nests arrays and objects deeper than kMaxJsonDepth (checked
+/// before parsing, so no deep value is ever built), comes back with `error` set.
+Line parse_line(std::string_view text, int number = 0);
+/// Every non-blank line of a .jsonl file; malformed lines are returned with their error
+/// (parse_line). Throws CaseError when the file cannot be read.
 std::vector<Line> read_lines(const std::string& path);
 /// Every line as JSON; throws CaseError "PATH:LINE: ..." at the first malformed line.
 std::vector<json> read_jsonl(const std::string& path);
@@ -87,7 +97,9 @@ struct Mismatch {
 /// Every field of `expected` (case-file form, docs/semantics.md §10) that differs from `got`
 /// (to_json form), and every field of `got` absent from `expected` that is not None (fields
 /// of the vllm-0.34 profile are recorded only when set). flashinfer_prefill_seq_order is
-/// compared up to the order of equal lengths, which vLLM leaves undefined.
+/// compared up to the order of equal lengths, which vLLM leaves undefined. `expected` is
+/// untrusted (any JSON value); whatever its shape, differences come back as mismatches, never
+/// as an exception.
 std::vector<Mismatch> compare(const json& expected, const json& got);
 
 /// Whether a CUDA device is usable here.

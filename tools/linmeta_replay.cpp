@@ -98,19 +98,26 @@ struct Outcome {
 /// The case name of a line for --filter ("" when it has none).
 std::string name_of(const cases::Line& line) {
   const json& j = line.value;
-  return j.is_object() && j.contains("name") && j["name"].is_string() ? j["name"].get<std::string>()
-                                                                      : std::string();
+  if (!j.is_object()) return {};
+  const auto it = j.find("name");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-Outcome replay(const cases::Line& line, const Args& a) {
+/// A line of `run`'s output. Invalid UTF-8 (which nlohmann's dump throws on) is replaced.
+std::string dumped(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+/// A failed line: `what` as a check problem, or run's `invalid_case` object.
+Outcome failure(Outcome o, const cases::Line& line, const Args& a, const std::string& what) {
+  o.verdict = Verdict::Fail;
+  o.out.push_back(a.check ? a.file + ":" + std::to_string(line.number) + ": " + what
+                          : dumped(json{{"line", line.number}, {"invalid_case", what}}));
+  return o;
+}
+
+Outcome replay_line(const cases::Line& line, const Args& a) {
   Outcome o;
   const std::string where = a.file + ":" + std::to_string(line.number) + ": ";
-  auto fail = [&](const std::string& what) {
-    o.verdict = Verdict::Fail;
-    o.out.push_back(a.check ? where + what
-                            : json{{"line", line.number}, {"invalid_case", what}}.dump());
-    return o;
-  };
+  auto fail = [&](const std::string& what) { return failure(std::move(o), line, a, what); };
   if (!line.error.empty()) return fail(line.error);
   cases::Case c;
   try {
@@ -124,7 +131,7 @@ Outcome replay(const cases::Line& line, const Args& a) {
     got = cases::run_case(c, a.target);
   } catch (const linmeta::Error& e) {
     if (!a.check) {
-      o.out.push_back(json{{"line", line.number}, {"name", c.name}, {"error", e.what()}}.dump());
+      o.out.push_back(dumped(json{{"line", line.number}, {"name", c.name}, {"error", e.what()}}));
       return o;
     }
     if (c.error && c.error->rejects_input()) return o;  // rejected, as the reference did
@@ -140,7 +147,7 @@ Outcome replay(const cases::Line& line, const Args& a) {
       got[g]["line"] = line.number;
       got[g]["name"] = c.name;
       if (got.size() > 1) got[g]["group"] = g;
-      o.out.push_back(got[g].dump());
+      o.out.push_back(dumped(got[g]));
     }
     return o;
   }
@@ -152,12 +159,59 @@ Outcome replay(const cases::Line& line, const Args& a) {
     o.out.push_back(label + "reference raised " + c.error->type + ", linmeta answered");
     return o;
   }
-  for (size_t g = 0; g < got.size(); ++g)
-    for (const auto& m : cases::compare(c.expected_groups[g], got[g])) {
+  if (got.size() != c.expected_groups.size())
+    return fail(c.name + ": " + std::to_string(got.size()) + " groups of metadata, " +
+                std::to_string(c.expected_groups.size()) + " expected");
+  for (size_t g = 0; g < got.size(); ++g) {
+    std::vector<cases::Mismatch> mismatches;
+    try {
+      mismatches = cases::compare(c.expected_groups[g], got[g]);
+    } catch (const std::exception& e) {
+      return fail(c.name + ": group " + std::to_string(g) + ": cannot compare: " + e.what());
+    }
+    for (const auto& m : mismatches) {
       o.verdict = Verdict::Fail;
       o.out.push_back(label + "group " + std::to_string(g) + ": " + m.field + ": expected " +
                       m.expected + ", got " + m.got);
     }
+  }
+  return o;
+}
+
+/// `s` on one line: control characters of the case file (a newline or an escape sequence in a
+/// case name) written as \n, \r or \xHH, so that no case can forge check's problem lines or its
+/// summary.
+std::string one_line(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else if ((u < 0x20 && ch != '\t') || u == 0x7F) {
+      constexpr const char* kHex = "0123456789abcdef";
+      out += {'\\', 'x', kHex[u >> 4], kHex[u & 0xF]};
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+/// One line's outcome; never throws (it runs on the worker threads): whatever escapes the
+/// checks above (a JSON exception on a value of an unforeseen shape, std::bad_alloc) is that
+/// line's failure.
+Outcome replay(const cases::Line& line, const Args& a) {
+  Outcome o;
+  try {
+    o = replay_line(line, a);
+  } catch (const std::exception& e) {
+    o = failure({}, line, a, std::string("cannot replay the line: ") + e.what());
+  }
+  if (a.check)  // run's lines are JSON, escaped already
+    for (auto& s : o.out) s = one_line(s);
   return o;
 }
 
