@@ -222,6 +222,7 @@ void plan_spec(Ctx& x) {
       p.num_decodes = p.num_decode_tokens = 0;
     }
     p.mask_output = true;
+    for (int32_t r = 0; r < n; ++r) p.mask_host[r] = static_cast<uint8_t>(p.mask[r]);
     // The common length of every spec row, if positive.
     p.uniform_spec_len = st.shortest == st.longest && st.shortest > 0 ? st.shortest : -1;
   }

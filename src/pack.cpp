@@ -317,6 +317,7 @@ void Packer::masks_and_tokens() {
   const int32_t B = p_.num_reqs;
   const int32_t D = c_.decode_cudagraph_max_bs(kind_);
   if (p_.mask_output) {
+    host(Out::SpecSequenceMasksCpu, p_.mask_host, B);
     if (p_.stage_spec)
       emit(Out::SpecSequenceMasks, true, std::min(B, D),
            CopyMask{.src = mask_, .n_real = p_.num_spec_decodes}, DType::Bool);

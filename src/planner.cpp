@@ -25,6 +25,7 @@ PlanStorage::PlanStorage(const Config& c, BuilderKind kind) {
   words.assign(7 * (rows + 1) + 12 * rows + conv_total + 2 * mamba_chunks + 1, 0);
   mlist.assign(conv_total, 0);
   no_prefilling.assign(rows, 0);
+  mask_host.assign(rows, 0);
 }
 
 StepPlan::StepPlan(PlanStorage& storage) {
@@ -39,6 +40,7 @@ StepPlan::StepPlan(PlanStorage& storage) {
   mask = take(R);
   capture_drafts = take(R);
   no_prefilling = storage.no_prefilling;
+  mask_host = storage.mask_host;
   ns_rows.idx = take(R);
   sp_rows.idx = take(R);
   ns_qsl.v = take(R + 1);

@@ -23,6 +23,7 @@ struct PlanStorage {
   std::vector<int32_t> words;          ///< every int32 array, back to back
   std::vector<int64_t> mlist;          ///< the conv1d program -> sequence list (vLLM's int64)
   std::vector<uint8_t> no_prefilling;  ///< [R] zeros: is_prefilling when absent
+  std::vector<uint8_t> mask_host;      ///< [R] the spec mask as bool (spec_sequence_masks_cpu)
 };
 
 enum class Path : int32_t { NoSpec, PureSpec, Mixed };
@@ -77,6 +78,7 @@ struct StepPlan : StepCounts {
   std::span<int32_t> capture_drafts;       ///< [num_reqs] ql - 1 of a capture build
   std::span<const uint8_t> no_prefilling;  ///< [R] zeros: is_prefilling when absent
   bool mask_output = false;                ///< spec_sequence_masks is an output (GDN spec path)
+  std::span<uint8_t> mask_host;            ///< [num_reqs] the mask as bool, with mask_output
 
   RowList ns_rows;        ///< rows behind non_spec_* arrays (Mamba: the prefill rows)
   RowList sp_rows;        ///< rows behind spec_* arrays
