@@ -46,7 +46,7 @@ struct Case {
   std::vector<std::vector<int32_t>> tables;  ///< one flattened [rows >= num_reqs, width] per group
   int32_t width = 0;
   bool multi_group = false;
-  json expected;  ///< expected (single group); null for an error case
+  json expected;  ///< expected (single group); null for an error case or a step alone
   std::vector<json> expected_groups;
   std::optional<ReferenceError> error;  ///< set instead of `expected` when the reference raised
 };

@@ -159,6 +159,9 @@ Outcome replay_line(const cases::Line& line, const Args& a) {
     o.out.push_back(label + "reference raised " + c.error->type + ", linmeta answered");
     return o;
   }
+  if (c.expected_groups.empty())
+    return fail(c.name + ": no 'expected' and no 'error': nothing to check against (`run` prints "
+                "the metadata)");
   if (got.size() != c.expected_groups.size())
     return fail(c.name + ": " + std::to_string(got.size()) + " groups of metadata, " +
                 std::to_string(c.expected_groups.size()) + " expected");

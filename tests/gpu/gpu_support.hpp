@@ -20,6 +20,7 @@
 
 #include "case_file.hpp"
 #include "random_step.hpp"
+#include "step_json.hpp"
 
 namespace linmeta::gputest {
 
@@ -57,6 +58,14 @@ inline int env_int(const char* name, int fallback) {
 }
 
 inline std::string kind_name(BuilderKind k) { return std::string(names::builder_kind_name(k)); }
+
+/// Every builder kind, as test parameters, and their names.
+inline const auto kAllKinds =
+    ::testing::Values(BuilderKind::Gdn, BuilderKind::Kda, BuilderKind::Mamba2, BuilderKind::Mamba1,
+                      BuilderKind::ShortConv, BuilderKind::Linear);
+inline std::string kind_param_name(const ::testing::TestParamInfo<BuilderKind>& i) {
+  return kind_name(i.param);
+}
 
 /// Whether the last build's arena was copied before the launch (too large for the kernel
 /// parameters): an inline launch carries at least the arena's bytes.
@@ -557,37 +566,10 @@ inline std::string mismatch(const Metadata& got, const Metadata& want, BuilderKi
 /// A random step as a case-file line without "expected" (for reproducing a failure
 /// with linmeta-replay run).
 inline json case_json(const RandomStep& r, const std::string& name) {
-  auto table = [&](const std::vector<int32_t>& t) {
-    json rows = json::array();
-    for (int32_t i = 0; i < r.num_reqs; ++i)
-      rows.push_back(std::vector<int32_t>(t.begin() + i * r.row_stride,
-                                          t.begin() + i * r.row_stride + r.width));
-    return rows;
-  };
-  json step;
-  step["query_start_loc"] = r.qsl;
-  step["seq_lens"] = r.seq_lens;
-  step["seq_lens_cpu_upper_bound"] = r.seq_ub;
-  json prefilling = nullptr;
-  if (!r.is_prefilling.empty()) {
-    prefilling = json::array();
-    for (char b : r.is_prefilling) prefilling.push_back(b != 0);
-  }
-  step["is_prefilling"] = prefilling;
-  step["num_actual_tokens"] = r.num_actual_tokens;
-  step["num_decode_draft_tokens_cpu"] = r.has_drafts ? json(r.drafts) : json(nullptr);
-  step["num_accepted_tokens"] = r.has_accepted ? json(r.accepted) : json(nullptr);
-  step["block_table"] = table(r.tables[0]);
-  if (r.tables.size() > 1) {
-    json groups = json::array();
-    for (const auto& t : r.tables) groups.push_back(table(t));
-    step["groups"] = groups;
-  }
-  json config = cases::config_json(r.config);
-  config["max_num_batched_tokens"] = r.config.max_num_batched_tokens;
-  return json{
-      {"name", name}, {"builder", names::builder_kind_name(r.kind)}, {"config", config},
-      {"step", step}, {"mode", r.capture ? "capture" : "build"},     {"row_stride", r.row_stride}};
+  json j = linmeta::testing::step_case_json(r, name);
+  j["config"]["max_num_batched_tokens"] = r.config.max_num_batched_tokens;
+  j["row_stride"] = r.row_stride;
+  return j;
 }
 
 }  // namespace linmeta::gputest

@@ -1,7 +1,8 @@
 // Random valid steps (tools/common/random_step.hpp) give field-for-field identical
-// metadata on the cuda and host targets, for every configuration knob, 1 to 48
-// KV-cache groups, capture builds, strided block tables, PDL launches on and off.
-// LINMETA_RANDOM_STEPS sets the steps per builder kind (default 20000).
+// metadata on the cuda and host targets, for every builder kind, both profiles (GDN, KDA),
+// every configuration knob, 1 to 48 KV-cache groups, capture builds, strided block tables,
+// PDL launches on and off. LINMETA_RANDOM_STEPS sets the steps per builder kind (default
+// 20000).
 #include <chrono>
 #include <iostream>
 
@@ -32,13 +33,16 @@ class Coverage {
     add(single_api ? "api=build" : "api=build_groups");
     if (c.max_cudagraph_capture_size > 0) add("max_cudagraph_capture_size");
     if (r.capture) add("capture_build");
-    if (r.kind == BuilderKind::Kda) {
-      add(c.use_recoverssm ? "recoverssm=on" : "recoverssm=off");
+    if (is_gdn_family(r.kind))
+      add(c.profile == Profile::Seed ? "profile=seed" : "profile=vllm-0.34");
+    if (r.kind == BuilderKind::Kda) add(c.use_recoverssm ? "recoverssm=on" : "recoverssm=off");
+    if (r.kind == BuilderKind::Kda || r.kind == BuilderKind::Mamba2 ||
+        (r.kind == BuilderKind::Gdn && c.profile == Profile::Vllm034))
       add(c.num_prefill_checkpoint_blocks > 0 ? "checkpoints=on" : "checkpoints=off");
-    } else {
+    if (r.kind == BuilderKind::Gdn && c.profile == Profile::Seed)
       add(c.chunk_metadata ? "chunk_metadata=on" : "chunk_metadata=off");
+    if (r.kind == BuilderKind::Gdn || r.kind == BuilderKind::Linear)
       if (r.is_prefilling.empty()) add("is_prefilling=absent");
-    }
     if (c.num_spec > 0 && !r.capture) add(r.has_drafts ? "drafts=given" : "drafts=absent");
     bool pad = false, long_prefill = false, lag = false;
     for (int32_t i = 0; i < r.num_reqs; ++i) {
@@ -84,11 +88,19 @@ class Coverage {
                                      "strided_table_build_groups",
                                      "pdl=on",
                                      "pdl=off"};
-    if (kind == BuilderKind::Kda)
-      need.insert(need.end(),
-                  {"recoverssm=on", "recoverssm=off", "checkpoints=on", "checkpoints=off"});
-    else
-      need.insert(need.end(), {"chunk_metadata=on", "chunk_metadata=off", "is_prefilling=absent"});
+    auto also = [&](std::initializer_list<const char*> more) {
+      for (const char* m : more) need.emplace_back(m);
+    };
+    if (is_gdn_family(kind)) {
+      also({"profile=seed", "profile=vllm-0.34", "checkpoints=on", "checkpoints=off"});
+    } else {
+      // vLLM 0.34's cache modes are none | align.
+      std::erase(need, std::string("cache_mode=all"));
+    }
+    if (kind == BuilderKind::Kda) also({"recoverssm=on", "recoverssm=off"});
+    if (kind == BuilderKind::Gdn) also({"chunk_metadata=on", "chunk_metadata=off"});
+    if (kind == BuilderKind::Mamba2) also({"checkpoints=on", "checkpoints=off"});
+    if (kind == BuilderKind::Gdn || kind == BuilderKind::Linear) also({"is_prefilling=absent"});
     std::vector<std::string> out;
     for (const auto& n : need)
       if (!seen_.contains(n)) out.push_back(n);
@@ -114,7 +126,7 @@ class RandomEquivalenceGpu : public GpuParamTest<BuilderKind> {};
 TEST_P(RandomEquivalenceGpu, CudaTargetMatchesHostTarget) {
   const BuilderKind kind = GetParam();
   const int total = env_int("LINMETA_RANDOM_STEPS", 20000);
-  const uint32_t seed = kind == BuilderKind::Gdn ? 0x6d6e1u : 0x4bda7u;
+  const uint32_t seed = 0x6d6e1u + 0x1000u * static_cast<uint32_t>(kind);
   std::mt19937 rng(seed);
   StreamHandle stream;
   DeviceStep dev(size_t{64} << 20);  // generous: regrows only for a larger step
@@ -123,7 +135,7 @@ TEST_P(RandomEquivalenceGpu, CudaTargetMatchesHostTarget) {
   const auto t0 = std::chrono::steady_clock::now();
 
   while (done < total && failures < 5) {
-    Config cfg = random_config(rng, kind);
+    Config cfg = random_config(rng, kind, coin(rng) ? Profile::Seed : Profile::Vllm034);
     // Room for every row shape of this config, so that random_step keeps the
     // config and one builder pair serves all its steps.
     cfg.max_num_batched_tokens =
@@ -207,11 +219,7 @@ TEST_P(RandomEquivalenceGpu, CudaTargetMatchesHostTarget) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, RandomEquivalenceGpu,
-                         ::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
-                         [](const ::testing::TestParamInfo<BuilderKind>& i) {
-                           return std::string(i.param == BuilderKind::Gdn ? "Gdn" : "Kda");
-                         });
+INSTANTIATE_TEST_SUITE_P(Kinds, RandomEquivalenceGpu, kAllKinds, kind_param_name);
 
 }  // namespace
 }  // namespace linmeta::gputest

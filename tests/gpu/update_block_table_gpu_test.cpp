@@ -16,12 +16,12 @@ class UpdateBlockTableGpu : public GpuParamTest<BuilderKind> {};
 
 TEST_P(UpdateBlockTableGpu, EqualsFreshBuildAndKeepsOtherFields) {
   const BuilderKind kind = GetParam();
-  std::mt19937 rng(kind == BuilderKind::Gdn ? 0x0bdu : 0x1bdu);
+  std::mt19937 rng(0x0bdu + 0x100u * static_cast<uint32_t>(kind));
   StreamHandle stream;
   DeviceStep dev(size_t{16} << 20), fresh(size_t{16} << 20);
   int checked = 0, failures = 0;
   for (int c = 0; c < 60 && failures < 5; ++c) {
-    Config cfg = random_config(rng, kind);
+    Config cfg = random_config(rng, kind, coin(rng) ? Profile::Seed : Profile::Vllm034);
     cfg.max_num_batched_tokens =
         std::max(cfg.max_num_batched_tokens, cfg.max_num_seqs * (cfg.num_spec + 1) + 16);
     const int32_t G = coin(rng) ? 1 : 3;
@@ -111,11 +111,7 @@ TEST_P(UpdateBlockTableGpu, EqualsFreshBuildAndKeepsOtherFields) {
   EXPECT_GE(checked, 250);
 }
 
-INSTANTIATE_TEST_SUITE_P(Update, UpdateBlockTableGpu,
-                         ::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
-                         [](const ::testing::TestParamInfo<BuilderKind>& i) {
-                           return std::string(kind_name(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Update, UpdateBlockTableGpu, kAllKinds, kind_param_name);
 
 }  // namespace
 }  // namespace linmeta::gputest

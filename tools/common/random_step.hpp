@@ -77,24 +77,37 @@ inline int32_t uniform(std::mt19937& rng, int32_t lo, int32_t hi) {
 inline bool coin(std::mt19937& rng, double p = 0.5) { return std::bernoulli_distribution(p)(rng); }
 
 /// The vllm-0.34 profile's knobs on top of a seed configuration (docs/semantics.md):
-/// no "all" cache mode, a prefill backend, and prefill checkpoints only where that
-/// backend exports them (KDA: FlashKDA; GDN: FlashInfer in align mode, 64-aligned blocks).
+/// no "all" cache mode, a prefill backend (GDN, KDA), and prefill checkpoints (align mode)
+/// where the layer exports them: KDA under FlashKDA, GDN and Mamba2 on a random grid (GDN
+/// FlashInfer's 64-multiples get a checkpoint plan; GLM-5-Next's 16 with Triton does not).
 inline void make_vllm034(std::mt19937& rng, BuilderKind kind, Config& c) {
   c.profile = Profile::Vllm034;
   if (c.mamba_cache_mode == CacheMode::All) c.mamba_cache_mode = CacheMode::Align;
   c.chunk_metadata = kind == BuilderKind::Gdn;
+  const bool align = c.mamba_cache_mode == CacheMode::Align;
   if (kind == BuilderKind::Gdn) {
     c.prefill_backend = coin(rng) ? PrefillBackend::FlashInfer : PrefillBackend::Triton;
-    const bool exports = c.prefill_backend == PrefillBackend::FlashInfer &&
-                         c.mamba_cache_mode == CacheMode::Align && c.block_size % 64 == 0;
-    c.num_prefill_checkpoint_blocks = exports && coin(rng, 0.7) ? 1 : 0;
-  } else {
+    c.num_prefill_checkpoint_blocks = align && coin(rng, 0.7) ? 1 : 0;
+    if (c.num_prefill_checkpoint_blocks > 0)
+      c.prefill_checkpoint_alignment = pick(rng, {0, 16, 64, c.block_size});
+  } else if (kind == BuilderKind::Kda) {
     c.prefill_backend = static_cast<PrefillBackend>(uniform(rng, 0, 2));
     if (c.prefill_backend != PrefillBackend::FlashKda) c.num_prefill_checkpoint_blocks = 0;
+  } else {
+    c.prefill_backend = PrefillBackend::Triton;
+    c.use_recoverssm = false;
+    c.num_prefill_checkpoint_blocks = 0;
+    if (kind == BuilderKind::Mamba2) {
+      c.chunk_size = pick(rng, {64, 128, 256});
+      c.num_prefill_checkpoint_blocks = align && coin(rng, 0.7) ? 1 : 0;
+      if (c.num_prefill_checkpoint_blocks > 0)
+        c.prefill_checkpoint_alignment = pick(rng, {0, 1, 16});
+    }
   }
 }
 
-/// A random configuration for `kind` (seed profile unless `profile` says otherwise).
+/// A random configuration for `kind` (seed profile unless `profile` says otherwise; the Mamba
+/// family has only the vllm-0.34 profile).
 inline Config random_config(std::mt19937& rng, BuilderKind kind, Profile profile = Profile::Seed) {
   Config c;
   c.num_spec = pick(rng, {0, 1, 2, 3, 7});
@@ -110,7 +123,7 @@ inline Config random_config(std::mt19937& rng, BuilderKind kind, Profile profile
     c.num_prefill_checkpoint_blocks = coin(rng) ? 1 : 0;
   }
   c.num_speculative_blocks = c.use_recoverssm ? 0 : c.num_spec;
-  if (profile == Profile::Vllm034) make_vllm034(rng, kind, c);
+  if (profile == Profile::Vllm034 || !is_gdn_family(kind)) make_vllm034(rng, kind, c);
   return c;
 }
 
@@ -123,12 +136,13 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
   const int32_t k = config.num_spec;
   const int32_t D = config.decode_cudagraph_max_bs(o.kind);
   const bool v034 = config.profile == Profile::Vllm034;
+  const bool mamba = is_mamba_base(o.kind);
   r.capture = o.allow_capture && config.full_cuda_graph && coin(rng, 0.1) && D >= k + 1;
 
   // Row roles: decodes and spec decodes first (interleaved), then prefills, then padding.
   enum Role { Decode, Spec, Prefill, Pad };
   const int32_t max_rows =
-      r.capture ? std::min(config.max_num_seqs, D / (k + 1)) : config.max_num_seqs;
+      r.capture ? std::min(config.max_num_seqs, mamba ? D : D / (k + 1)) : config.max_num_seqs;
   const int32_t n = uniform(rng, 1, max_rows);
   const int32_t pads = coin(rng, 0.4) ? uniform(rng, 0, std::min(n - 1, 8)) : 0;
   const int32_t shape = uniform(rng, 0, 4);  // decode, spec, prefill, decode+prefill, any
@@ -142,7 +156,7 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
                              : (x == 0            ? Decode
                                 : x == 1 && k > 0 ? Spec
                                                   : Prefill);
-    if (r.capture) role = k > 0 && coin(rng, 0.8) ? Spec : Decode;
+    if (r.capture) role = k > 0 && (mamba || coin(rng, 0.8)) ? Spec : Decode;
     roles.push_back(role);
   }
   std::stable_partition(roles.begin(), roles.end(), [](Role x) { return x != Prefill; });
@@ -158,11 +172,14 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
     if (roles[u] == Decode || roles[u] == Prefill) q[u] = 1;
     if (roles[u] == Spec) {
       r.drafts[u] = no_drafts ? 0 : uniform(rng, coin(rng, 0.1) ? 0 : std::min(1, k), k);
+      // A Mamba capture batch is uniform: num_spec + 1 tokens per row.
+      if (r.capture && mamba) r.drafts[u] = k;
       q[u] = r.drafts[u] + 1;
     }
     fixed += q[u];
   }
-  int32_t cap = r.capture ? D : config.max_num_batched_tokens;
+  // A GDN / KDA capture batch holds at most D tokens; a Mamba one D rows.
+  int32_t cap = r.capture && !mamba ? D : config.max_num_batched_tokens;
   if (fixed > cap) {
     r.capture = false;
     cap = std::max(config.max_num_batched_tokens, fixed + 16);
@@ -181,7 +198,7 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
   r.qsl.assign(1, 0);
   r.has_drafts = k > 0 && !r.capture && coin(rng, 0.9);
   r.has_accepted = k > 0 && !r.capture;
-  const bool with_prefilling = o.kind == BuilderKind::Kda || coin(rng, 0.7);
+  const bool with_prefilling = o.kind == BuilderKind::Kda || mamba || coin(rng, 0.7);
   for (int32_t i = 0; i < n; ++i) {
     const auto u = static_cast<size_t>(i);
     const Role role = roles[u];
@@ -198,7 +215,10 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
     const int32_t lag = role == Spec && coin(rng, 0.3) ? uniform(rng, 0, q[u] - 1) : 0;
     r.seq_lens.push_back(seq - lag);
     r.accepted.push_back(role == Spec ? uniform(rng, 1, q[u]) : 1);
-    bool prefilling = role == Prefill || (role == Decode && coin(rng, 0.05));
+    // A one-token chunk or a draft-padded prompt tail with prior state is still prefilling
+    // (the Mamba builders' decode-path rule M2).
+    const bool tail = mamba && role == Spec && !r.capture;
+    bool prefilling = role == Prefill || ((role == Decode || tail) && coin(rng, 0.05));
     // A resumed request recomputing past its prompt: long, yet not prefilling.
     if (v034 && role == Prefill && computed > 0 && coin(rng, 0.1)) prefilling = false;
     r.is_prefilling.push_back(prefilling ? 1 : 0);
