@@ -107,7 +107,16 @@ def _build(b, builder: str, mode: str, m, accepted, drafts):
     return b.build(0, m)
 
 
-def execute(case: dict, per_group, accepted, drafts) -> tuple[dict, list[dict] | None]:
+def _log_dtypes(dtype_log: dict, builder: str, out: dict, prefix: str = "") -> None:
+    for name, value in out.items():
+        if name.endswith("__dtype"):
+            dtype_log.setdefault((builder, prefix + name.removesuffix("__dtype")), set()).add(value)
+        elif isinstance(value, dict):
+            _log_dtypes(dtype_log, builder, value, f"{prefix}{name}.")
+
+
+def execute(case: dict, per_group, accepted, drafts, dtype_log: dict | None = None
+            ) -> tuple[dict, list[dict] | None]:
     """Returns (expected, expected_groups or None). Builder exceptions propagate."""
     builder, config, mode = case["builder"], case["config"], case["mode"]
     runner_out = []
@@ -123,6 +132,8 @@ def execute(case: dict, per_group, accepted, drafts) -> tuple[dict, list[dict] |
         if g == 0:
             first_md = md
         runner_out.append(serialise(md))
+        if dtype_log is not None:
+            _log_dtypes(dtype_log, builder, runner_out[-1])
 
     for g in updated:
         m = per_group[g]
@@ -131,3 +142,78 @@ def execute(case: dict, per_group, accepted, drafts) -> tuple[dict, list[dict] |
         if alone != runner_out[g]:
             raise HarnessMismatch(f"group {g}: update_block_table and an independent build differ")
     return runner_out[0], (runner_out if "groups" in case["step"] else None)
+
+
+# --------------------------------------------------------------------------- provenance probe
+
+
+def _provenance(value, inputs: dict, buffers: dict) -> str:
+    """Where a metadata tensor lives: the caller's tensor itself, a view of one, one of the
+    builder's persistent buffers (a view), or a tensor the build made."""
+    for name, t in inputs.items():
+        if t is not None and value is t:
+            return f"caller {name}"
+    ptr = value.untyped_storage().data_ptr()
+    for name, t in inputs.items():
+        if t is not None and t.numel() and ptr == t.untyped_storage().data_ptr():
+            return f"view of caller {name}"
+    for name, t in buffers.items():
+        if t is not None and t.numel() and ptr == t.untyped_storage().data_ptr():
+            return f"builder buffer {name}"
+    return "new"
+
+
+def probe(paths: list[str]) -> None:
+    """Prints, per builder, field and situation, where each metadata tensor comes from (the
+    zero-copy rules a reimplementation has to mirror: which fields alias the caller's inputs)."""
+    import collections
+    import json
+
+    import wheel_runner
+
+    seen: dict = collections.defaultdict(collections.Counter)
+    for path in paths:
+        for line in open(path):
+            case = json.loads(line)
+            if not wheel_builders.is_mamba(case["builder"]) or "error" in case:
+                continue
+            builder, config, mode = case["builder"], case["config"], case["mode"]
+            per_group, accepted, drafts = wheel_runner._step_inputs(case)
+            first = None
+            for g, m in enumerate(per_group):
+                b = wheel_builders.make_builder(builder, config, g)
+                via_update = g > 0 and b.supports_update_block_table
+                md = (b.update_block_table(first, m.block_table_tensor, m.slot_mapping) if via_update
+                      else _build(b, builder, mode, m, accepted, drafts))
+                first = first or md
+                inputs = {"query_start_loc": m.query_start_loc, "seq_lens": m.seq_lens,
+                          "block_table": m.block_table_tensor, "num_accepted_tokens": accepted,
+                          "query_start_loc_cpu": m.query_start_loc_cpu,
+                          "seq_lens_cpu_upper_bound": m.seq_lens_cpu_upper_bound}
+                buffers = {"state_indices_tensor_d": getattr(b, "state_indices_tensor_d", None),
+                           "decode_num_accepted_tokens": getattr(b, "decode_num_accepted_tokens", None)}
+                nd = md.num_decodes
+                situation = (
+                    f"mode={mode} cache={config['mamba_cache_mode']} k={'>0' if config['num_spec'] else 0}"
+                    f" full_cg={config['full_cuda_graph']} nd={'>0' if nd else 0}"
+                    f" np={'>0' if md.num_prefills else 0}{' update_block_table' if via_update else ''}"
+                )
+                for f in dataclasses.fields(md):
+                    v = getattr(md, f.name)
+                    if isinstance(v, torch.Tensor):
+                        seen[(builder, f.name)][(situation, _provenance(v, inputs, buffers))] += 1
+    for (builder, field), rows in sorted(seen.items()):
+        kinds = {p for _, p in rows}
+        print(f"{builder}.{field}: {', '.join(sorted(kinds))}")
+        if len(kinds) > 1:
+            for (situation, p), c in sorted(rows.items()):
+                print(f"    {p:38s} {situation}  ({c})")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) < 3 or sys.argv[1] != "probe":
+        print("usage: wheel_mamba.py probe FILLED.jsonl...", file=sys.stderr)
+        sys.exit(2)
+    probe(sys.argv[2:])

@@ -272,7 +272,7 @@ def execute(case: dict, dtype_log: dict | None = None) -> tuple[dict, list[dict]
     builder, config, mode = case["builder"], case["config"], case["mode"]
     per_group, accepted, drafts = _step_inputs(case)
     if wheel_builders.is_mamba(builder):
-        return wheel_mamba.execute(case, per_group, accepted, drafts)
+        return wheel_mamba.execute(case, per_group, accepted, drafts, dtype_log)
 
     runner_out = []
     first_md = None
