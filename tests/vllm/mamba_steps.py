@@ -4,6 +4,8 @@ wheel_cases.py fill fills them from the real wheel.
 
   mamba_steps.py --builder mamba2|mamba1|short_conv|linear --count N [--seed S]
                  [--groups-percent P] [--zero-drafts-percent Z]
+  mamba_steps.py --edges      a fixed list of hand-made steps at the builders' edges (none an
+                              MRV2 step; each probes one rule of mamba_model.py)
 
 The C++ step generator (tools/common/random_step.hpp, linmeta-stepgen) knows only gdn/kda;
 this is its distribution carried over to the Mamba family, with the steps laid out as model
@@ -357,7 +359,85 @@ def make_case(rng: random.Random, builder: str, name: str, groups_percent: int,
             "config": c, "step": step}
 
 
+def _edge(builder: str, name: str, cfg: dict, mode: str = "build", **step) -> dict:
+    c = {"num_spec": 0, "max_num_seqs": 16, "full_cuda_graph": True, "max_cudagraph_capture_size": 16,
+         "mamba_cache_mode": "none", "block_size": 16, "num_speculative_blocks": 0,
+         "use_recoverssm": False, "num_prefill_checkpoint_blocks": 0}
+    c.update(cfg)
+    c["num_speculative_blocks"] = c["num_spec"]
+    if builder == "mamba2":
+        c.setdefault("prefill_checkpoint_alignment", None)
+        c.setdefault("chunk_size", 64)
+    c["profile"] = "vllm-0.34"
+    q = step.pop("q")
+    qsl = [0]
+    for x in q:
+        qsl.append(qsl[-1] + x)
+    seq = step.pop("seq")
+    st = {"query_start_loc": qsl, "seq_lens": seq, "seq_lens_cpu_upper_bound": step.pop("ub", seq),
+          "is_prefilling": step.pop("prefilling"), "num_actual_tokens": step.pop("tokens", qsl[-1])}
+    width = step.pop("width", 1 + c["num_spec"])
+    st["block_table"] = [[100 * (i + 1) + j for j in range(width)] for i in range(len(seq))]
+    st["num_decode_draft_tokens_cpu"] = step.pop("drafts", None)
+    st["num_accepted_tokens"] = step.pop("accepted", None)
+    assert not step, step
+    return {"name": f"mamba-edge/{builder}/{name}", "builder": builder, "mode": mode, "config": c, "step": st}
+
+
+def edges() -> list[dict]:
+    out = []
+    for b in BUILDERS:
+        out += [
+            # none-mode table of 1 column under k = 2, FULL pure decode: the staging copy_
+            # broadcasts the column into the (D, 1 + k) buffer; of 2 columns: it raises.
+            _edge(b, "narrow-table-broadcast", {"num_spec": 2}, q=[1, 3], seq=[9, 12],
+                  prefilling=[False, False], width=1, drafts=[0, 2], accepted=[1, 2]),
+            _edge(b, "narrow-table-raises", {"num_spec": 3}, q=[1, 3], seq=[9, 12],
+                  prefilling=[False, False], width=2, drafts=[0, 2], accepted=[1, 2]),
+            # align gather past the row (the table is too narrow for seq_len 40 at block 16).
+            _edge(b, "align-gather-past-row", {"mamba_cache_mode": "align"}, q=[1, 1],
+                  seq=[40, 3], prefilling=[False, False], width=2),
+            # no is_prefilling (MRV2 always passes it): the Mamba base asserts, linear ignores it.
+            _edge(b, "no-is-prefilling", {}, q=[1, 5], seq=[9, 5], prefilling=None),
+            # a zero-length prefilling row first: counted a prefill; Mamba2's last chunk index -1.
+            _edge(b, "zero-length-prefill-first", {}, q=[0, 5], seq=[0, 5], prefilling=[True, True]),
+            # a zero-length prefilling row with prior state off the chunk grid: a 0-token chunk.
+            _edge(b, "zero-length-prefill-offgrid", {"full_cuda_graph": False}, q=[4, 0],
+                  seq=[4, 70], prefilling=[True, True]),
+            # device seq_len below the host bound on a prefill row: has_initial_states_p reads
+            # the device value, Mamba2's prep_initial_states the host one.
+            _edge(b, "device-seq-below-bound-prefill", {"num_spec": 1}, q=[1, 5], seq=[7, 5],
+                  ub=[7, 6], prefilling=[False, True], drafts=[0, -1], accepted=[1, 1]),
+            # decodes after the first prefill row are prefills (no reorder).
+            _edge(b, "decode-after-prefill", {}, q=[1, 5, 1], seq=[9, 5, 30],
+                  prefilling=[False, True, False]),
+            # k > 0, spec kwargs given, a verify row of 1 + k tokens first, then a 1-token
+            # decode: the threshold is 1 + k (mamba2/short_conv), 1 (mamba1/linear).
+            _edge(b, "verify-rows-threshold", {"num_spec": 2}, q=[3, 1], seq=[20, 9],
+                  prefilling=[False, False], drafts=[2, 0], accepted=[2, 3]),
+            # accepted counts but no drafts: no prompt-tail rule, one-token rule only.
+            _edge(b, "accepted-without-drafts", {"num_spec": 2}, q=[2, 1, 6], seq=[20, 9, 6],
+                  prefilling=[True, True, True], accepted=[1, 1, 1]),
+            # capture of a non-uniform batch whose widest row is 1 + k: accepted = query lens.
+            _edge(b, "capture-nonuniform", {"num_spec": 2}, mode="capture", q=[1, 3, 0],
+                  seq=[1, 3, 0], prefilling=[False, False, False]),
+        ]
+    # Mamba2 checkpoints at block 16: a fresh 40-token prompt (checkpoint at 32) and a chunk
+    # resumed from 16 to 60 (checkpoint at 48): both 32 tokens into their query, so alignment
+    # 1 / 16 / 32 keep both and 24 declines both (checkpoint_meta None).
+    for align in (1, 16, 24, 32):
+        out.append(_edge("mamba2", f"checkpoint-alignment-{align}",
+                         {"mamba_cache_mode": "align", "num_prefill_checkpoint_blocks": 1,
+                          "prefill_checkpoint_alignment": align, "chunk_size": 64},
+                         q=[40, 44], seq=[40, 60], prefilling=[True, True], width=6))
+    return out
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--edges"]:
+        for case in edges():
+            sys.stdout.write(json.dumps(case, separators=(",", ":")) + "\n")
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--builder", required=True, choices=BUILDERS)
     ap.add_argument("--count", type=int, required=True)
