@@ -117,7 +117,8 @@ def make_model_config(config: dict) -> ModelConfig:
     (``chunk_size``, as Mamba2 / NemotronH / Zamba configs name it); the method is vLLM's own."""
     model_config = object.__new__(ModelConfig)
     chunk = config.get("chunk_size")
-    model_config.hf_text_config = PretrainedConfig(**({} if chunk is None else {"chunk_size": int(chunk)}))
+    hf = {} if chunk is None else {"chunk_size": int(chunk)}
+    model_config.hf_text_config = PretrainedConfig(**hf)
     return model_config
 
 
@@ -182,7 +183,8 @@ def make_builder(builder: str, config: dict, group: int = 0):
     if is_mamba(builder):
         cls = getattr(wheel_env, MAMBA_BUILDERS[builder][0])
         layer_names = [f"model.layers.{group}.mixer"]
-        return cls(make_kv_cache_spec(builder, config), layer_names, make_vllm_config(builder, config), wheel_env.DEVICE)
+        spec, vc = make_kv_cache_spec(builder, config), make_vllm_config(builder, config)
+        return cls(spec, layer_names, vc, wheel_env.DEVICE)
     cls = {
         "gdn": wheel_env.GDNAttentionMetadataBuilder,
         "kda": wheel_env.KimiK3KDAMetadataBuilder,
