@@ -338,7 +338,7 @@ def mamba2_metadata(cfg: dict, step: dict, table: list[list[int]], e: dict, fact
 
 
 def linear_metadata(cfg: dict, step: dict, table: list[list[int]]) -> dict:
-    """LinearAttentionMetadataBuilder.build (linear_attn.py:896-927): no spec kwargs, no
+    """LinearAttentionMetadataBuilder.build (linear_attn.py:63-94): no spec kwargs, no
     is_prefilling, no staging; threshold 1 with short extends as decodes."""
     qsl, seq = step["query_start_loc"], step["seq_lens"]
     q = [b - a for a, b in zip(qsl, qsl[1:])]
@@ -367,7 +367,7 @@ def run(case: dict) -> tuple[dict, list[dict] | None]:
         accepted_kw, drafts_kw = (q if k > 0 else None), None
     else:
         accepted_kw, drafts_kw = step["num_accepted_tokens"], step["num_decode_draft_tokens_cpu"]
-    if builder == "mamba1":  # Mamba1's build() drops the kwargs (mamba1_attn.py:282-289)
+    if builder == "mamba1":  # Mamba1's build() drops the kwargs (mamba1_attn.py:38-45)
         accepted_kw = drafts_kw = None
     outs = []
     for t in tables:
