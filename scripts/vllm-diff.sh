@@ -4,7 +4,13 @@
 # .ci/run: the venv is ~8.5 GB.
 #
 #   scripts/vllm-diff.sh [--steps N] [--chunk C] [--seed S] [--zero-drafts P] [--record FILE]
-#                        [--builders "gdn kda"] [--make-data]
+#                        [--builders "gdn kda"] [--keep DIR] [--make-data]
+#
+# --builders also takes vLLM's Mamba family: "mamba2 mamba1 short_conv linear". Their steps
+# come from tests/vllm/mamba_steps.py (linmeta-stepgen knows gdn/kda only), the wheel fills
+# them the same way, and linmeta-replay checks them once it accepts those builder names; until
+# then the run stops after the fill ("fill only") and keeps the filled files (--keep DIR, by
+# default build/vllm-diff-filled/). With --make-data they give tests/data/vllm034_mamba.jsonl.
 #
 # 1. creates the venv if absent ($LINMETA_VLLM_VENV, default ../venv-vllm beside the
 #    repository): vllm==0.34.0 with --no-deps, then its Requires-Dist minus
@@ -16,13 +22,15 @@
 #    --record writes) the counts; exit 1 on any mismatch.
 # --zero-drafts P: P percent of the steps (default 10) have every spec row draft 0 tokens
 # (rules R1 / K1; the generator's plain stream makes them rare).
-# --make-data regenerates tests/data/vllm034.jsonl (a category-covering sample).
+# --make-data regenerates tests/data/vllm034.jsonl (a category-covering sample of the gdn/kda
+# steps) and tests/data/vllm034_mamba.jsonl (of the Mamba-family steps).
+# --keep DIR writes every filled chunk to DIR/BUILDER-SEED.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 source scripts/env.sh
 
-STEPS=10000 CHUNK=1000 SEED=1 RECORD="" MAKE_DATA=0 ZERO_DRAFTS=10 BUILDERS="gdn kda"
+STEPS=10000 CHUNK=1000 SEED=1 RECORD="" MAKE_DATA=0 ZERO_DRAFTS=10 BUILDERS="gdn kda" KEEP=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS=$2; shift 2 ;;
@@ -31,8 +39,9 @@ while [ $# -gt 0 ]; do
     --zero-drafts) ZERO_DRAFTS=$2; shift 2 ;;
     --record) RECORD=$2; shift 2 ;;
     --builders) BUILDERS=$2; shift 2 ;;
+    --keep) KEEP=$2; shift 2 ;;
     --make-data) MAKE_DATA=1; shift ;;
-    *) echo "usage: $0 [--steps N] [--chunk C] [--seed S] [--zero-drafts P] [--record FILE] [--builders LIST] [--make-data]" >&2
+    *) echo "usage: $0 [--steps N] [--chunk C] [--seed S] [--zero-drafts P] [--record FILE] [--builders LIST] [--keep DIR] [--make-data]" >&2
       exit 2 ;;
   esac
 done
@@ -54,10 +63,29 @@ export VLLM_TARGET_DEVICE=cpu CUDA_VISIBLE_DEVICES=""
 QUIET='^W[0-9]{4}|deprecated|vllm._C|max_num_scheduled_tokens|Reset SSM'
 harness() { (cd tests/vllm && "$PY" wheel_cases.py "$@") 2> >(grep -Ev "$QUIET" >&2); }
 
-if [ -f ../shared/cases/vllm034_public.jsonl ]; then
+is_mamba() { case "$1" in mamba2|mamba1|short_conv|linear) return 0 ;; *) return 1 ;; esac; }
+any_mamba=0 any_gdn=0
+for builder in $BUILDERS; do
+  if is_mamba "$builder"; then any_mamba=1
+  elif [ "$builder" = gdn ] || [ "$builder" = kda ]; then any_gdn=1
+  else echo "unknown builder '$builder' (gdn kda mamba2 mamba1 short_conv linear)" >&2; exit 2
+  fi
+done
+
+if [ "$any_gdn" = 1 ] && [ -f ../shared/cases/vllm034_public.jsonl ]; then
   echo "== harness vs ../shared/cases/vllm034_public.jsonl"
   harness check "$ROOT/../shared/cases/vllm034_public.jsonl"
 fi
+if [ "$any_mamba" = 1 ]; then
+  for f in vllm034_mamba_public.jsonl vllm034_mamba_public_errors.jsonl; do
+    if [ -f "../shared/cases/$f" ]; then
+      echo "== harness vs ../shared/cases/$f"
+      harness check "$ROOT/../shared/cases/$f"
+    fi
+  done
+  if [ -z "$KEEP" ]; then KEEP=build/vllm-diff-filled; fi
+fi
+if [ -n "$KEEP" ]; then mkdir -p "$KEEP"; fi
 
 echo "== build"
 cmake --preset release > /dev/null
@@ -69,37 +97,69 @@ trap 'rm -rf "$WORK"' EXIT
 summary=()
 status=0
 for builder in $BUILDERS; do
-  passed=0 failed=0 done_steps=0 raised=0 chunk_no=0
+  passed=0 failed=0 done_steps=0 raised=0 chunk_no=0 fill_only=0 fill_s=0
   while [ "$done_steps" -lt "$STEPS" ]; do
     n=$(( STEPS - done_steps < CHUNK ? STEPS - done_steps : CHUNK ))
     s=$(( SEED * 1000 + chunk_no ))
-    "$BIN/tools/linmeta-stepgen" --builder "$builder" --profile vllm-0.34 --count "$n" --seed "$s" \
-      --zero-drafts-percent "$ZERO_DRAFTS" > "$WORK/steps.jsonl"
+    if is_mamba "$builder"; then
+      "$PY" tests/vllm/mamba_steps.py --builder "$builder" --count "$n" --seed "$s" \
+        --zero-drafts-percent "$ZERO_DRAFTS" > "$WORK/steps.jsonl"
+    else
+      "$BIN/tools/linmeta-stepgen" --builder "$builder" --profile vllm-0.34 --count "$n" --seed "$s" \
+        --zero-drafts-percent "$ZERO_DRAFTS" > "$WORK/steps.jsonl"
+    fi
+    t0=$(date +%s)
     if ! harness fill "$WORK/steps.jsonl" "$WORK/cases.jsonl" 2> "$WORK/fill.txt"; then
       echo "$builder: the harness failed on chunk $chunk_no (seed $s):" >&2
       tail -5 "$WORK/fill.txt" >&2
       failed=$(( failed + n )) done_steps=$(( done_steps + n )) chunk_no=$(( chunk_no + 1 ))
       continue
     fi
+    fill_s=$(( fill_s + $(date +%s) - t0 ))
     r=$(grep -o '([0-9]* raised)' "$WORK/fill.txt" | tr -dc 0-9)
     raised=$(( raised + ${r:-0} ))
-    "$BIN/tools/linmeta-replay" check "$WORK/cases.jsonl" > "$WORK/replay.txt" || true
+    if [ -n "$KEEP" ]; then cp "$WORK/cases.jsonl" "$KEEP/$builder-$s.jsonl"; fi
+    if [ "$MAKE_DATA" = 1 ]; then cp "$WORK/cases.jsonl" "$WORK/keep-$builder-$chunk_no.jsonl"; fi
+    "$BIN/tools/linmeta-replay" check "$WORK/cases.jsonl" > "$WORK/replay.txt" 2>&1 || true
+    if is_mamba "$builder" && grep -q "invalid case: builder: '$builder' is not" "$WORK/replay.txt"; then
+      # linmeta-replay does not take this builder yet: the fill is the whole run.
+      fill_only=1 done_steps=$(( done_steps + n )) chunk_no=$(( chunk_no + 1 ))
+      echo "$builder: $done_steps/$STEPS steps filled (${fill_s} s in the wheel; linmeta-replay does not take $builder cases yet)"
+      continue
+    fi
     grep -v 'passed, .* failed' "$WORK/replay.txt" | head -20 || true
     read -r p f < <(grep -E '^[0-9]+ passed, [0-9]+ failed' "$WORK/replay.txt" | tail -1 |
       sed -E 's/([0-9]+) passed, ([0-9]+) failed.*/\1 \2/')
     passed=$(( passed + ${p:-0} )) failed=$(( failed + ${f:-$n} ))
-    if [ "$MAKE_DATA" = 1 ]; then cp "$WORK/cases.jsonl" "$WORK/keep-$builder-$chunk_no.jsonl"; fi
     done_steps=$(( done_steps + n )) chunk_no=$(( chunk_no + 1 ))
     echo "$builder: $done_steps/$STEPS steps: replay $passed passed, $failed failed"
   done
   line="$builder: $STEPS random steps (seeds $((SEED * 1000))..$((SEED * 1000 + chunk_no - 1)),"
+  if [ "$fill_only" = 1 ]; then
+    line+=" $raised raised in the wheel, filled in ${fill_s} s): fill only, linmeta-replay does not take"
+    line+=" $builder cases yet (filled files: $KEEP/$builder-*.jsonl)"
+    if [ "$passed" -ne 0 ] || [ "$failed" -ne 0 ]; then line+="; replayed chunks: $passed passed, $failed failed"; fi
+    summary+=("$line")
+    if [ "$failed" -ne 0 ]; then status=1; fi
+    continue
+  fi
   line+=" $raised raised in the wheel): linmeta-replay $passed passed, $failed failed"
   summary+=("$line")
   if [ "$failed" -ne 0 ]; then status=1; fi
 done
 
 if [ "$MAKE_DATA" = 1 ]; then
-  python3 tests/vllm/select_cases.py tests/data/vllm034.jsonl "$WORK"/keep-*.jsonl --per-tag 14
+  shopt -s nullglob
+  gdn_kept=("$WORK"/keep-gdn-*.jsonl "$WORK"/keep-kda-*.jsonl)
+  mamba_kept=("$WORK"/keep-mamba2-*.jsonl "$WORK"/keep-mamba1-*.jsonl "$WORK"/keep-short_conv-*.jsonl
+    "$WORK"/keep-linear-*.jsonl)
+  if [ ${#gdn_kept[@]} -gt 0 ]; then
+    python3 tests/vllm/select_cases.py tests/data/vllm034.jsonl "${gdn_kept[@]}" --per-tag 14
+  fi
+  if [ ${#mamba_kept[@]} -gt 0 ]; then
+    python3 tests/vllm/select_cases.py tests/data/vllm034_mamba.jsonl "${mamba_kept[@]}" \
+      --prefix vllm034_mamba --per-tag 2 --max-bytes 40000
+  fi
 fi
 
 {

@@ -1,11 +1,14 @@
-"""Picks a small, category-covering sample of filled cases for tests/data/vllm034.jsonl.
+"""Picks a small, category-covering sample of filled cases for tests/data/vllm034.jsonl
+(GDN / KDA) or tests/data/vllm034_mamba.jsonl (the Mamba family).
 
-  select_cases.py OUT.jsonl FILLED.jsonl... [--per-tag N] [--max-bytes B]
+  select_cases.py OUT.jsonl FILLED.jsonl... [--per-tag N] [--max-bytes B] [--prefix P]
+  select_cases.py --count FILLED.jsonl...     (tag counts of the input only)
 
 Every case is tagged by what its expected output shows (builder, path, cache mode, prefill
-backend, capture, groups, RecoverSSM, checkpoints, zero drafts, the new 0.34 fields...);
-for each tag the N smallest cases not yet taken are kept, so every category present in the
-input is covered. Prints the tag counts of the sample.
+backend, capture, groups, RecoverSSM, checkpoints, zero drafts, the new 0.34 fields...; for
+the Mamba family ``mamba_tags``: the reclassified rows, FULL-graph staging, Mamba2 chunks and
+checkpoints...); for each tag the N smallest cases not yet taken are kept, so every category
+present in the input is covered. Prints the tag counts of the sample.
 """
 
 from __future__ import annotations
@@ -15,9 +18,82 @@ import collections
 import json
 
 
+MAMBA = ("mamba2", "mamba1", "short_conv", "linear")
+
+
+def _query_lens(step: dict) -> list[int]:
+    qsl = step["query_start_loc"]
+    return [b - a for a, b in zip(qsl, qsl[1:])]
+
+
+def mamba_tags(case: dict) -> list[str]:
+    """Categories of a Mamba-family case (the Mamba case format)."""
+    cfg, step, b = case["config"], case["step"], case["builder"]
+    k = cfg["num_spec"]
+    t = [b, f"{b}:{cfg['mamba_cache_mode']}", f"{b}:{'k0' if k == 0 else 'spec-config'}"]
+    if case["mode"] == "capture":
+        t.append(f"{b}:capture")
+    if "groups" in step:
+        t.append(f"{b}:groups")
+    if cfg["full_cuda_graph"]:
+        t.append(f"{b}:full-cg")
+    if b == "mamba2":
+        t.append(f"{b}:chunk{cfg['chunk_size']}")
+        t.append(f"{b}:{'ckpt-declared' if cfg.get('prefill_checkpoint_alignment') else 'ckpt-default'}")
+    if "error" in case:
+        return t + [f"{b}:error"]
+    e = case["expected"]
+    q = _query_lens(step)
+    pre, dec = e["num_prefills"], e["num_decodes"]
+    t.append(f"{b}:" + ("mixed" if pre and dec else "prefill" if pre else "decode_only"))
+    prefilling = step["is_prefilling"] or [False] * len(q)
+    drafts = step["num_decode_draft_tokens_cpu"]
+    ub = step["seq_lens_cpu_upper_bound"]
+    if k and any(x > 1 for x in q[:dec]):
+        t.append(f"{b}:spec-rows")
+    if k and drafts is not None and dec and all(d <= 0 for d in drafts[:dec]):
+        t.append(f"{b}:zero-drafts")
+    if k and drafts is None and step["num_accepted_tokens"] is not None:
+        t.append(f"{b}:accepted-without-drafts")
+    if step["num_actual_tokens"] > step["query_start_loc"][-1]:
+        t.append(f"{b}:token-pad")
+    if 0 in q:
+        t.append(f"{b}:zero-length-rows")
+    if step["seq_lens"] != ub:
+        t.append(f"{b}:async")
+    for i, (p, n) in enumerate(zip(prefilling, q)):
+        if not p and n > k + 1:
+            t.append(f"{b}:resumed-long")
+        if p and n == 1 and ub[i] > 1:
+            t.append(f"{b}:one-token-prefill")
+        if p and n == 1 and ub[i] == 1:
+            t.append(f"{b}:first-chunk-one-token")
+        if p and drafts is not None and drafts[i] >= 0 and n == drafts[i] + 1 and ub[i] > n:
+            t.append(f"{b}:prompt-tail")
+        if p and 1 < n <= k + 1:
+            t.append(f"{b}:short-extend")
+        if p and n > 1024:
+            t.append(f"{b}:long-prefill")
+    init = e.get("has_initial_states_p")
+    if init:
+        t.append(f"{b}:" + ("init" if all(init) else "noinit" if not any(init) else "mixed-init"))
+    limit = min(cfg["max_num_seqs"], cfg["max_cudagraph_capture_size"])
+    if b != "linear" and cfg["full_cuda_graph"] and not pre and dec <= limit:
+        t.append(f"{b}:staged")
+    if b != "linear" and k and not dec and e.get("num_accepted_tokens") is not None:
+        t.append(f"{b}:accepted-passthrough")
+    if e.get("cu_chunk_seqlen_p") is not None and len(e["cu_chunk_seqlen_p"]) > pre + 8:
+        t.append(f"{b}:many-chunks")
+    if e.get("checkpoint_meta") is not None:
+        t.append(f"{b}:checkpoint")
+    return sorted(set(t), key=t.index)
+
+
 def tags(case: dict) -> list[str]:
     cfg, step = case["config"], case["step"]
     b = case["builder"]
+    if b in MAMBA:
+        return mamba_tags(case)
     t = [b, f"{b}:{cfg['mamba_cache_mode']}", f"{b}:backend={cfg.get('prefill_backend')}"]
     if case["mode"] == "capture":
         t.append(f"{b}:capture")
@@ -70,11 +146,22 @@ def tags(case: dict) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("out")
-    ap.add_argument("inputs", nargs="+")
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("inputs", nargs="*")
     ap.add_argument("--per-tag", type=int, default=12)
     ap.add_argument("--max-bytes", type=int, default=60000)
+    ap.add_argument("--prefix", default="vllm034")
+    ap.add_argument("--count", action="store_true", help="print the tag counts of the inputs")
     a = ap.parse_args()
+    if a.count:
+        counts = collections.Counter()
+        for path in [a.out] + a.inputs:
+            for line in open(path):
+                if line.strip():
+                    counts.update(tags(json.loads(line)))
+        for tag, c in sorted(counts.items()):
+            print(f"  {tag}: {c}")
+        return
     pool = []
     for path in a.inputs:
         for line in open(path):
@@ -100,7 +187,7 @@ def main() -> None:
             case = pool[i][1]
             t = tags(case)
             counts.update(t)
-            case["name"] = f"vllm034/{case['builder']}/{n:04d}:" + ",".join(x.split(":", 1)[1] for x in t[1:])
+            case["name"] = f"{a.prefix}/{case['builder']}/{n:04d}:" + ",".join(x.split(":", 1)[1] for x in t[1:])
             out.write(json.dumps(case, separators=(",", ":")) + "\n")
     print(f"{len(chosen)} cases")
     for tag, c in sorted(counts.items()):

@@ -14,19 +14,31 @@ What an engine resolves and the harness sets the same way:
 * the layer's prefill checkpoint alignment: KDA 16 under FlashKDA (vLLM sets
   ``num_prefill_checkpoint_blocks = 1`` exactly then); GDN the prefix-cache grid (the
   Mamba block size) under FlashInfer in align mode.
+
+The Mamba family (``MAMBA_BUILDERS``: Mamba2, Mamba1, ShortConv, linear attention) takes the
+same keys minus ``prefill_backend``, plus ``chunk_size`` (mamba2: what
+``model_config.get_mamba_chunk_size()`` answers, read once in the builder's __init__) and
+``prefill_checkpoint_alignment`` (the MambaSpec field as the layer declares it; absent or null
+= vLLM's default None, under which no checkpoint is ever valid; the real Mamba2 layer declares
+blocks 1 and alignment 1). The model config is a ``ModelConfig`` carrying only the HF text
+config that ``get_mamba_chunk_size`` reads (no model is loaded; the builders read nothing else
+of it with ReplaySSM off). The MambaSpec's ``mamba_type`` is the builder's backend.
 """
 
 from __future__ import annotations
 
 import wheel_env
+from transformers import PretrainedConfig
 from vllm.config import (
     CacheConfig,
     CompilationConfig,
     CUDAGraphMode,
+    ModelConfig,
     SchedulerConfig,
     SpeculativeConfig,
     VllmConfig,
 )
+from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
 from vllm.v1.kv_cache_interface import MambaSpec
 
 PROFILE = "vllm-0.34"
@@ -34,6 +46,17 @@ KDA_FLASHKDA_CHECKPOINT_ALIGNMENT = 16
 # FlashKDA is what "auto" resolves to for Kimi-K3 on SM90/SM10x/SM12x.
 DEFAULT_BACKEND = {"gdn": "triton", "kda": "flashkda"}
 BACKENDS = {"gdn": ("triton", "flashinfer"), "kda": ("triton", "flashinfer", "flashkda")}
+# The Mamba family: builder name -> (class name in wheel_env, MambaSpec.mamba_type).
+MAMBA_BUILDERS = {
+    "mamba2": ("Mamba2AttentionMetadataBuilder", MambaAttentionBackendEnum.MAMBA2),
+    "mamba1": ("Mamba1AttentionMetadataBuilder", MambaAttentionBackendEnum.MAMBA1),
+    "short_conv": ("ShortConvAttentionMetadataBuilder", MambaAttentionBackendEnum.SHORT_CONV),
+    "linear": ("LinearAttentionMetadataBuilder", MambaAttentionBackendEnum.LINEAR),
+}
+
+
+def is_mamba(builder: str) -> bool:
+    return builder in MAMBA_BUILDERS
 
 
 class UnsupportedConfig(ValueError):
@@ -50,6 +73,9 @@ def prefill_backend(builder: str, config: dict) -> str:
 def checkpoint_alignment(builder: str, config: dict) -> int | None:
     """The MambaSpec's prefill_checkpoint_alignment; None when the layer exports none."""
     blocks = int(config["num_prefill_checkpoint_blocks"])
+    if is_mamba(builder):
+        alignment = config.get("prefill_checkpoint_alignment")
+        return None if alignment is None else int(alignment)
     backend = prefill_backend(builder, config)
     if builder == "kda":
         exports = backend == "flashkda"
@@ -70,19 +96,42 @@ def check_config(builder: str, config: dict) -> None:
         raise UnsupportedConfig(f"config.profile must be {PROFILE!r}")
     if config["mamba_cache_mode"] not in ("none", "align"):
         raise UnsupportedConfig(f"mamba_cache_mode {config['mamba_cache_mode']!r} (0.34: none|align)")
+    if is_mamba(builder):
+        if config["use_recoverssm"]:
+            raise UnsupportedConfig("use_recoverssm is a KDA option")
+        if config.get("prefill_backend") is not None:
+            raise UnsupportedConfig(f"{builder}: prefill_backend is a GDN/KDA option")
+        if builder == "mamba2" and not int(config.get("chunk_size") or 0) > 0:
+            raise UnsupportedConfig("mamba2 needs config.chunk_size (model_config.get_mamba_chunk_size())")
+        alignment = config.get("prefill_checkpoint_alignment")
+        if alignment is not None and int(alignment) <= 0:
+            raise UnsupportedConfig("prefill_checkpoint_alignment must be positive or null")
+        return
     if builder == "gdn" and config["use_recoverssm"]:
         raise UnsupportedConfig("use_recoverssm is a KDA option")
     checkpoint_alignment(builder, config)
+
+
+def make_model_config(config: dict) -> ModelConfig:
+    """A ModelConfig holding only the HF text config that get_mamba_chunk_size() reads
+    (``chunk_size``, as Mamba2 / NemotronH / Zamba configs name it); the method is vLLM's own."""
+    model_config = object.__new__(ModelConfig)
+    chunk = config.get("chunk_size")
+    hf = {} if chunk is None else {"chunk_size": int(chunk)}
+    model_config.hf_text_config = PretrainedConfig(**hf)
+    return model_config
 
 
 def make_vllm_config(builder: str, config: dict) -> VllmConfig:
     num_spec = int(config["num_spec"])
     mode = CUDAGraphMode.FULL_AND_PIECEWISE if config["full_cuda_graph"] else CUDAGraphMode.PIECEWISE
     capture = config["max_cudagraph_capture_size"]
-    backend = prefill_backend(builder, config)
-    additional = {"kda_prefill_backend": backend} if builder == "kda" else {}
-    if builder == "gdn":
-        additional["gdn_prefill_backend"] = backend
+    additional = {}
+    if not is_mamba(builder):
+        backend = prefill_backend(builder, config)
+        additional = {"kda_prefill_backend": backend} if builder == "kda" else {}
+        if builder == "gdn":
+            additional["gdn_prefill_backend"] = backend
     cache = CacheConfig(
         mamba_cache_mode=config["mamba_cache_mode"],
         mamba_block_size=int(config["block_size"]),
@@ -108,6 +157,10 @@ def make_vllm_config(builder: str, config: dict) -> VllmConfig:
     block = int(config["block_size"])
     vc.cache_config.hash_block_size = block
     vc.cache_config.cache_hit_alignment_tokens = block
+    if is_mamba(builder):
+        vc.model_config = make_model_config(config)
+        if builder == "mamba2" and vc.model_config.get_mamba_chunk_size() != int(config["chunk_size"]):
+            raise RuntimeError("get_mamba_chunk_size() did not answer the configured chunk_size")
     return vc
 
 
@@ -120,12 +173,18 @@ def make_kv_cache_spec(builder: str, config: dict) -> MambaSpec:
         num_speculative_blocks=int(config["num_speculative_blocks"]),
         num_prefill_checkpoint_blocks=int(config["num_prefill_checkpoint_blocks"]),
         prefill_checkpoint_alignment=checkpoint_alignment(builder, config),
+        **({"mamba_type": MAMBA_BUILDERS[builder][1]} if is_mamba(builder) else {}),
     )
 
 
 def make_builder(builder: str, config: dict, group: int = 0):
     """One builder instance, as the runner makes one per KV-cache group."""
     check_config(builder, config)
+    if is_mamba(builder):
+        cls = getattr(wheel_env, MAMBA_BUILDERS[builder][0])
+        layer_names = [f"model.layers.{group}.mixer"]
+        spec, vc = make_kv_cache_spec(builder, config), make_vllm_config(builder, config)
+        return cls(spec, layer_names, vc, wheel_env.DEVICE)
     cls = {
         "gdn": wheel_env.GDNAttentionMetadataBuilder,
         "kda": wheel_env.KimiK3KDAMetadataBuilder,

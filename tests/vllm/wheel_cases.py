@@ -2,7 +2,8 @@
 
   wheel_cases.py check FILE.jsonl      re-run every case and compare with its recorded
                                        expected / expected_groups (validates the harness on
-                                       a sample made elsewhere, e.g. vllm034_public.jsonl)
+                                       a sample made elsewhere, e.g. vllm034_public.jsonl);
+                                       a case with "error" must raise that exception class
   wheel_cases.py fill IN.jsonl OUT.jsonl [--dtypes F]
                                        fill "expected" (and "expected_groups") of steps
                                        that carry none (the step generator's output); a
@@ -20,6 +21,7 @@ import time
 import traceback
 
 import wheel_builders
+import wheel_mamba
 import wheel_runner
 
 
@@ -43,10 +45,20 @@ def check(path: str) -> int:
     for case in cases:
         try:
             expected, groups = wheel_runner.execute(case)
+        except (wheel_builders.UnsupportedConfig, wheel_mamba.HarnessMismatch) as e:
+            print(f"FAIL {case['name']}: {type(e).__name__}: {e}")
+            bad += 1
+            continue
         except Exception as e:  # noqa: BLE001 - reported per case
-            if "error" in case:
+            recorded = case.get("error", {}).get("type")
+            if recorded == type(e).__name__:
                 continue
-            print(f"FAIL {case['name']}: raised {type(e).__name__}: {e}")
+            what = f"raised {type(e).__name__}: {e}"
+            print(f"FAIL {case['name']}: {what}" + (f" (recorded: {recorded})" if recorded else ""))
+            bad += 1
+            continue
+        if "error" in case:
+            print(f"FAIL {case['name']}: recorded {case['error'].get('type')}, the wheel raised nothing")
             bad += 1
             continue
         diff = _first_difference(expected, case.get("expected"))
@@ -76,7 +88,7 @@ def fill(src: str, dst: str, dtype_path: str | None) -> int:
                 case["expected"] = expected
                 if groups is not None:
                     case["expected_groups"] = groups
-            except wheel_builders.UnsupportedConfig:
+            except (wheel_builders.UnsupportedConfig, wheel_mamba.HarnessMismatch):
                 raise
             except Exception as e:  # noqa: BLE001 - recorded in the case
                 errors += 1
@@ -84,7 +96,8 @@ def fill(src: str, dst: str, dtype_path: str | None) -> int:
                 case["error"] = {
                     "type": type(e).__name__,
                     "message": str(e),
-                    "where": f"{where.filename.split('site-packages/')[-1]}:{where.lineno}",
+                    "where": f"{where.filename.split('site-packages/')[-1]}:{where.lineno} in {where.name}",
+                    "line": (where.line or "").strip(),
                 }
             out.write(json.dumps(case, separators=(",", ":")) + "\n")
             n += 1

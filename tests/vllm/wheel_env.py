@@ -1,4 +1,5 @@
-"""Imports vLLM 0.34.0's GDN and Kimi-K3 KDA metadata builders on a CPU-only machine.
+"""Imports vLLM 0.34.0's GDN, Kimi-K3 KDA and Mamba-family metadata builders on a CPU-only
+machine.
 
 Import this module before anything else from vllm. It sets the two environment variables
 the CPU platform needs and replaces the few CUDA-only pieces that sit on the builders' paths
@@ -30,6 +31,10 @@ import vllm  # noqa: E402
 import vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn as qwen_gdn  # noqa: E402
 import vllm.models.kimi_k3.nvidia.kda_metadata as kda_metadata  # noqa: E402
 import vllm.v1.attention.backends.gdn_attn as gdn_attn  # noqa: E402
+import vllm.v1.attention.backends.linear_attn as linear_attn  # noqa: E402
+import vllm.v1.attention.backends.mamba1_attn as mamba1_attn  # noqa: E402
+import vllm.v1.attention.backends.mamba2_attn as mamba2_attn  # noqa: E402
+import vllm.v1.attention.backends.short_conv_attn as short_conv_attn  # noqa: E402
 from vllm.v1.attention.backends.utils import NULL_BLOCK_ID  # noqa: E402
 
 EXPECTED_VERSION = "0.34.0"
@@ -101,3 +106,9 @@ def aligned_state_indices(block_table, seq_lens, block_size, num_speculative_blo
 
 GDNAttentionMetadataBuilder = gdn_attn.GDNAttentionMetadataBuilder
 KimiK3KDAMetadataBuilder = kda_metadata.KimiK3KDAMetadataBuilder
+
+# The Mamba family, unchanged (the PLE short-conv and Bailing linear variants are not covered).
+Mamba2AttentionMetadataBuilder = mamba2_attn.Mamba2AttentionMetadataBuilder
+Mamba1AttentionMetadataBuilder = mamba1_attn.Mamba1AttentionMetadataBuilder
+ShortConvAttentionMetadataBuilder = short_conv_attn.ShortConvAttentionMetadataBuilder
+LinearAttentionMetadataBuilder = linear_attn.LinearAttentionMetadataBuilder

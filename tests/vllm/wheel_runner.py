@@ -12,6 +12,8 @@ Model runner V2 (vllm/v1/worker/gpu/attn_utils.py: build_attn_metadata) on a CUD
   aligned state indices in align mode.
 The harness also builds every group independently and requires the same answer, so the
 runner's re-gather path and a plain build are checked against each other on every step.
+The Mamba family (mamba2, mamba1, short_conv, linear) runs in wheel_mamba.py, from the same
+step tensors (make_common_metadata / _step_inputs).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import wheel_builders
 import wheel_env
+import wheel_mamba
 from wheel_env import torch
 
 # Output fields shared by both builders, in case-file order.
@@ -268,6 +271,8 @@ def execute(case: dict, dtype_log: dict | None = None) -> tuple[dict, list[dict]
     """Returns (expected, expected_groups or None). Builder exceptions propagate."""
     builder, config, mode = case["builder"], case["config"], case["mode"]
     per_group, accepted, drafts = _step_inputs(case)
+    if wheel_builders.is_mamba(builder):
+        return wheel_mamba.execute(case, per_group, accepted, drafts, dtype_log)
 
     runner_out = []
     first_md = None
