@@ -633,7 +633,7 @@ Array array_of(const OutputSpec& spec, const FieldView& f, const BufferLayout& l
   a.dtype = f.dtype;
   a.rows = f.rows;
   a.present = true;
-  a.ndim = spec.shape == Shape::Vec ? 1 : 2;
+  a.ndim = spec.shape == Shape::Pairs || spec.shape == Shape::Slots ? 2 : 1;
   a.cols = spec.shape == Shape::Pairs   ? 2
            : spec.shape == Shape::Slots ? spec_columns(c, p, in.table)
                                         : 1;

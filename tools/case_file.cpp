@@ -532,7 +532,7 @@ json to_json(const Metadata& m, BuilderKind kind) {
       case FieldType::Array: {
         const Array& a = r.array();
         j[at] = array_json(a, spec.host_memory() ? Target::Host : t);
-        if (!a.present) break;
+        if (!a.present || spec.shape == Shape::List) break;  // a list has no dtype
         j[json::json_pointer(path + "__dtype")] = dtype_name(a.dtype);
         if (a.ndim == 2 && a.rows == 0)
           j[json::json_pointer(path + "__shape")] = json::array({0, a.cols});

@@ -23,8 +23,9 @@ namespace linmeta {
 enum class Scope : int32_t { Batch, Group };
 
 /// The shape of an array field: 1-D, [n, 2], or [n, S] with S the state slots per row of
-/// the group's block table (num_spec + 1, fewer for a narrower table in cache mode none).
-enum class Shape : int32_t { Vec, Pairs, Slots };
+/// the group's block table (num_spec + 1, fewer for a narrower table in cache mode none);
+/// List: 1-D host data that vLLM holds as a Python list of ints.
+enum class Shape : int32_t { Vec, Pairs, Slots, List };
 
 /// Capacity formulas (elements), from the configuration: R = max_num_seqs,
 /// T = max_num_batched_tokens, S = state slots per spec row, G = max(R, D) rows of the
@@ -72,9 +73,9 @@ inline constexpr uint32_t All = GK | MB | L;
     m.parent ? &m.parent->checkpoint_offsets : nullptr)                            \
   X(Id##StateIndices, name ".state_indices", kinds, Int32, Vec, Group, Rows, None, \
     m.parent ? &m.parent->state_indices : nullptr)                                 \
-  X(Id##HostOffsets, name ".offsets", kinds, Int32, Vec, Batch, Host, None,        \
+  X(Id##HostOffsets, name ".offsets", kinds, Int32, List, Batch, Host, None,       \
     m.parent ? &m.parent->offsets : nullptr)                                       \
-  X(Id##QueryLens, name ".query_lens", kinds, Int32, Vec, Batch, Host, None,       \
+  X(Id##QueryLens, name ".query_lens", kinds, Int32, List, Batch, Host, None,      \
     m.parent ? &m.parent->query_lens : nullptr)                                    \
   X(Id##RequestRows, name ".request_rows", kinds, Int64, Vec, Batch, Rows, None,   \
     m.parent ? &m.parent->request_rows : nullptr)                                  \

@@ -1,11 +1,11 @@
-"""linmeta: per-step GatedDeltaNet (GDN) and Kimi Delta Attention (KDA) metadata.
+"""linmeta: per-step metadata of linear-attention and SSM layers (vLLM's GDN, Kimi-K3 KDA,
+Mamba2, Mamba1, ShortConv and linear-attention builders), built natively.
 
-Builders plan a scheduler step on the host and finish every output array in the
-builder's persistent buffers (host memory, or CUDA memory with one upload and one
-kernel launch). Inputs are read without copies from any DLPack,
-``__cuda_array_interface__``, ``__array_interface__`` or buffer-protocol array
-(torch tensors, numpy arrays, ...). Outputs are DLPack-exportable views of the
-builder's buffers::
+Builders plan a scheduler step on the host and finish every output array in the builder's
+persistent buffers (host memory, or CUDA memory with one kernel launch). Inputs are read
+without copies from torch tensors, DLPack, ``__cuda_array_interface__``,
+``__array_interface__`` or buffer-protocol arrays. Outputs are views of the builder's
+buffers::
 
     import torch, linmeta
     b = linmeta.GdnMetadataBuilder(num_spec=3, max_num_seqs=256, target="cuda",
@@ -19,49 +19,46 @@ See docs/python.md.
 """
 
 from ._linmeta import (
+    BUILDER_KINDS,
     CONV_BLOCK,
     FLA_CHUNK_SIZE,
     NULL_BLOCK_ID,
     OUTPUT_FIELDS,
     PAD_SLOT_ID,
-    Checkpoint,
     Error,
-    GdnMetadataBuilder,
-    KdaMetadataBuilder,
     Metadata,
     MetadataBuilder,
-    RecoverSsmAlign,
-    RecoverSsmCommit,
     cuda_available,
 )
 
 __version__ = "0.1.0"
 
-#: Names of the array-valued Metadata fields (vLLM's names), from the output table.
-ARRAY_FIELDS = tuple(name for name, _dtype, _scope in OUTPUT_FIELDS)
 
-#: Names of the integer Metadata fields.
-COUNT_FIELDS = (
-    "num_prefills",
-    "num_prefill_tokens",
-    "num_decodes",
-    "num_decode_tokens",
-    "num_spec_decodes",
-    "num_spec_decode_tokens",
-    "num_actual_tokens",
-)
+def _kind_class(kind: str, name: str):
+    def __init__(self, **kwargs):
+        MetadataBuilder.__init__(self, kind, **kwargs)
+
+    doc = f"MetadataBuilder('{kind}', **kwargs): vLLM's {name.replace('MetadataBuilder', '')} builder."
+    return type(name, (MetadataBuilder,), {"__init__": __init__, "__doc__": doc})
+
+
+GdnMetadataBuilder = _kind_class("gdn", "GdnMetadataBuilder")
+KdaMetadataBuilder = _kind_class("kda", "KdaMetadataBuilder")
+Mamba2MetadataBuilder = _kind_class("mamba2", "Mamba2MetadataBuilder")
+Mamba1MetadataBuilder = _kind_class("mamba1", "Mamba1MetadataBuilder")
+ShortConvMetadataBuilder = _kind_class("short_conv", "ShortConvMetadataBuilder")
+LinearMetadataBuilder = _kind_class("linear", "LinearMetadataBuilder")
+
+
+def fields_of(kind: str) -> tuple[str, ...]:
+    """The metadata fields builder kind `kind` fills (vLLM's names, dotted inside composites),
+    from the output table."""
+    return tuple(name for name, _dtype, _scope, kinds in OUTPUT_FIELDS if kind in kinds)
 
 
 def step_kwargs(common_attn_metadata, num_accepted_tokens=None, num_decode_draft_tokens_cpu=None):
-    """The keyword arguments of ``build()`` for a vLLM ``CommonAttentionMetadata``.
-
-    ``builder.build(**linmeta.step_kwargs(m, num_accepted_tokens, num_decode_draft_tokens_cpu))``
-    is the linmeta counterpart of vLLM's
-    ``GDNAttentionMetadataBuilder.build(common_prefix_len, m, num_accepted_tokens,
-    num_decode_draft_tokens_cpu)``. Arrays are passed through untouched: they must already be
-    int32 (vLLM keeps ``num_accepted_tokens`` as int64 in some versions: pass
-    ``num_accepted_tokens.to(torch.int32)``). Add ``stream=`` as needed.
-    """
+    """The keyword arguments of ``build()`` for a vLLM ``CommonAttentionMetadata``: the arrays
+    passed through untouched (int32, as vLLM 0.34 has them). Add ``stream=`` as needed."""
     m = common_attn_metadata
     seq_lens_cpu = getattr(m, "seq_lens_cpu_upper_bound", None)
     if seq_lens_cpu is None:
@@ -81,21 +78,22 @@ def step_kwargs(common_attn_metadata, num_accepted_tokens=None, num_decode_draft
 
 
 __all__ = [
-    "ARRAY_FIELDS",
+    "BUILDER_KINDS",
     "CONV_BLOCK",
-    "COUNT_FIELDS",
-    "Checkpoint",
     "Error",
     "FLA_CHUNK_SIZE",
     "GdnMetadataBuilder",
     "KdaMetadataBuilder",
+    "LinearMetadataBuilder",
+    "Mamba1MetadataBuilder",
+    "Mamba2MetadataBuilder",
     "Metadata",
     "MetadataBuilder",
     "NULL_BLOCK_ID",
     "OUTPUT_FIELDS",
     "PAD_SLOT_ID",
-    "RecoverSsmAlign",
-    "RecoverSsmCommit",
+    "ShortConvMetadataBuilder",
     "cuda_available",
+    "fields_of",
     "step_kwargs",
 ]

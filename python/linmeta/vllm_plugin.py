@@ -1,5 +1,6 @@
-"""vLLM general plugin: with LINMETA_VLLM=1, vLLM's GDN and Kimi-K3 KDA attention backends
-build their metadata with linmeta (linmeta.vllm's drop-in builder classes).
+"""vLLM general plugin: with LINMETA_VLLM=1, vLLM's GDN, Kimi-K3 KDA, Mamba2, Mamba1,
+ShortConv and linear-attention backends build their metadata with linmeta (linmeta.vllm's
+drop-in builder classes).
 
 Registered as the ``vllm.general_plugins`` entry point ``linmeta`` (pyproject.toml). vLLM
 calls ``register()`` in every process it starts (engine core, workers); without
@@ -13,14 +14,16 @@ import os
 
 logger = logging.getLogger("linmeta.vllm")
 
+_B = "vllm.v1.attention.backends"
 #: (module, backend class, linmeta.vllm builder class) swapped when present.
 BACKENDS = (
-    ("vllm.v1.attention.backends.gdn_attn", "GDNAttentionBackend", "GDNAttentionMetadataBuilder"),
-    (
-        "vllm.models.kimi_k3.nvidia.kda_metadata",
-        "KimiK3KDAAttentionBackend",
-        "KimiK3KDAMetadataBuilder",
-    ),
+    (f"{_B}.gdn_attn", "GDNAttentionBackend", "GDNAttentionMetadataBuilder"),
+    ("vllm.models.kimi_k3.nvidia.kda_metadata", "KimiK3KDAAttentionBackend",
+     "KimiK3KDAMetadataBuilder"),
+    (f"{_B}.mamba2_attn", "Mamba2AttentionBackend", "Mamba2AttentionMetadataBuilder"),
+    (f"{_B}.mamba1_attn", "Mamba1AttentionBackend", "Mamba1AttentionMetadataBuilder"),
+    (f"{_B}.short_conv_attn", "ShortConvAttentionBackend", "ShortConvAttentionMetadataBuilder"),
+    (f"{_B}.linear_attn", "LinearAttentionBackend", "LinearAttentionMetadataBuilder"),
 )
 
 

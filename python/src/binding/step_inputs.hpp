@@ -1,6 +1,6 @@
 // The inputs of one step from Python: the builder object, the step's arguments and their
 // import (no copies) into a linmeta::Step, shared by the builder methods (module.cpp) and the
-// vLLM session (vllm_session.cpp).
+// vLLM engine (../vllm/engine.cpp).
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -26,13 +26,6 @@ struct PyBuilder {
   [[nodiscard]] TargetMemory memory() const { return {builder.target(), device_id}; }
 };
 
-struct PyGdnBuilder : PyBuilder {
-  using PyBuilder::PyBuilder;
-};
-struct PyKdaBuilder : PyBuilder {
-  using PyBuilder::PyBuilder;
-};
-
 /// The Python arguments of one step.
 struct StepArgs {
   nb::handle query_start_loc_cpu, seq_lens, seq_lens_cpu_upper_bound, num_actual_tokens;
@@ -41,8 +34,7 @@ struct StepArgs {
   nb::handle stream;
 };
 
-/// A step ready for the C++ builder; holds the imported arrays alive. An object kept and
-/// reset() for each step (as VllmSession does) allocates nothing once its vectors have grown.
+/// A step ready for the C++ builder; holds the imported arrays alive.
 struct PreparedStep {
   Step step;
   std::vector<ImportedArray> arrays;  // an element's address is used before the next import
@@ -77,10 +69,7 @@ int32_t to_int32(nb::handle v, const char* name);
 BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32_t num_reqs,
                         const TargetMemory& mem);
 
-/// Imports and checks every step input (no copies; nothing is written). Returns false, with
-/// nothing checked past them, when `refuse_other_counts` and the draft or accepted counts are
-/// arrays of another dtype than int32 (the caller converts them); true otherwise.
-bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a,
-             bool refuse_other_counts = false);
+/// Imports and checks every step input (no copies; nothing is written).
+void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a);
 
 }  // namespace linmeta::py

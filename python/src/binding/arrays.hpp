@@ -51,30 +51,13 @@ struct ImportedArray {
 /// Imports `obj` without copying; None gives an absent array. `consumer` is the
 /// stream the build runs on: a __cuda_array_interface__ producer stream is
 /// ordered before it. Raises TypeError for objects that are no array. Plain torch tensors
-/// are read by linmeta._torch_reader when it is usable (torch_reader: false skips it, for
-/// tests), else by five torch attribute calls; anything else goes through DLPack, the
-/// buffer protocol or the array interfaces.
-ImportedArray import_array(nb::handle obj, const char* name, Stream consumer,
-                           bool torch_reader = true);
+/// are read through their public attributes (dtype, shape, stride(), data_ptr(), device);
+/// anything else goes through DLPack, the buffer protocol or the array interfaces.
+ImportedArray import_array(nb::handle obj, const char* name, Stream consumer);
 
 /// import_array into `a`, an ImportedArray as default-constructed (the import is built in
 /// place, e.g. in a PreparedStep's vector, without moving the struct around).
-void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Stream consumer,
-                       bool torch_reader = true);
-
-/// "on: torch X" when torch tensors are read by linmeta._torch_reader, else "off: why".
-std::string torch_reader_status();
-
-/// torch's current CUDA stream of `device` (torch.cuda.current_stream(device).cuda_stream)
-/// through linmeta._torch_reader; false when the reader or its CUDA part is not in use.
-bool torch_current_stream(int32_t device, uintptr_t& out);
-
-/// vLLM's causal-conv1d host lists of the programs per sequence `nums` (host, n entries) as
-/// new CPU torch tensors (nums, mlist, offsetlist), made by linmeta._torch_reader; None when
-/// the reader is not in use.
-nb::object torch_conv_lists(const int32_t* nums, int64_t n);
-/// Whether torch_conv_lists makes the lists (the reader and its conv_lists are in use).
-bool torch_conv_lists_available();
+void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Stream consumer);
 
 /// What one input must be.
 struct Requirement {

@@ -90,25 +90,20 @@ BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32
   return t;
 }
 
-bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a, bool refuse_other_counts) {
+void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
   const TargetMemory mem = b.memory();
   p.stream = mem.target == Target::Cuda ? parse_stream(a.stream) : nullptr;
   if (mem.target == Target::Host) (void)parse_stream(a.stream);  // still type-check it
   Step& s = p.step;
 
-  bool refused = false;
-  auto imp = [&](nb::handle obj, const char* name, Requirement req, bool required,
-                 bool count = false) -> ImportedArray* {
+  auto imp = [&](nb::handle obj, const char* name, Requirement req,
+                 bool required) -> ImportedArray* {
     if (!obj.is_valid() || obj.is_none()) {
       if (required) raise_error(std::string(name) + " is required");
       return nullptr;
     }
     ImportedArray& arr = p.arrays.emplace_back();  // kept alive by `p` (read in place)
     import_array_into(arr, obj, name, p.stream);
-    if (count && refuse_other_counts && arr.dtype != kInt32) {
-      refused = true;
-      return nullptr;
-    }
     require(arr, name, req, mem);
     return &arr;
   };
@@ -144,12 +139,11 @@ bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a, bool refuse
     check_length(*ip, "is_prefilling", n, exact, "num_reqs");
     s.is_prefilling = {static_cast<const bool*>(ip->data), static_cast<size_t>(n)};
   }
-  if (const ImportedArray* dr = imp(a.num_decode_draft_tokens_cpu, "num_decode_draft_tokens_cpu",
-                                    host_i32, false, true)) {
+  if (const ImportedArray* dr =
+          imp(a.num_decode_draft_tokens_cpu, "num_decode_draft_tokens_cpu", host_i32, false)) {
     check_length(*dr, "num_decode_draft_tokens_cpu", n, exact, "num_reqs");
     s.num_decode_draft_tokens = {static_cast<const int32_t*>(dr->data), static_cast<size_t>(n)};
   }
-  if (refused) return false;
 
   // Device (target-memory) arrays. On the host target query_start_loc defaults to the host copy.
   if (a.query_start_loc.is_valid() && !a.query_start_loc.is_none()) {
@@ -164,12 +158,10 @@ bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a, bool refuse
   const ImportedArray* sl = imp(a.seq_lens, "seq_lens", dev_i32, true);
   check_length(*sl, "seq_lens", n, exact, "num_reqs");
   s.seq_lens = static_cast<const int32_t*>(sl->data);
-  if (const ImportedArray* acc =
-          imp(a.num_accepted_tokens, "num_accepted_tokens", dev_i32, false, true)) {
+  if (const ImportedArray* acc = imp(a.num_accepted_tokens, "num_accepted_tokens", dev_i32, false)) {
     check_length(*acc, "num_accepted_tokens", n, exact, "num_reqs");
     s.num_accepted_tokens = static_cast<const int32_t*>(acc->data);
   }
-  return !refused;
 }
 
 }  // namespace linmeta::py

@@ -7,7 +7,6 @@
 #include <string>
 
 #include "linmeta/error.hpp"
-#include "torch_reader.hpp"
 
 namespace linmeta::py {
 
@@ -170,54 +169,7 @@ struct TorchObjects {
   PyTypeObject* tensor = nullptr;
   nb::object int32, int64, boolean, uint8, int8, int16;
   nb::object s_dtype, s_shape, s_stride, s_data_ptr, s_get_device;
-  TorchReadFn reader = nullptr;           ///< linmeta._torch_reader's, when usable
-  TorchStreamFn stream = nullptr;         ///< ... and its current-stream query (CUDA torch builds)
-  TorchConvListsFn conv_lists = nullptr;  ///< ... and its conv1d host lists
-  std::string reader_status;              ///< why it is used or not (torch_reader_status())
 };
-
-/// linmeta._torch_reader's read function when the module is there, built against this very
-/// torch version, and not switched off (LINMETA_TORCH_READER=0); else null, with the reason.
-TorchReadFn load_torch_reader(nb::handle torch, std::string& status, TorchStreamFn& stream,
-                              TorchConvListsFn& conv_lists) {
-  const char* env = std::getenv("LINMETA_TORCH_READER");
-  if (env != nullptr && std::string(env) == "0") {
-    status = "off: LINMETA_TORCH_READER=0";
-    return nullptr;
-  }
-  PyObject* mod = PyImport_ImportModule("linmeta._torch_reader");
-  if (mod == nullptr) {
-    PyErr_Clear();
-    status = "off: linmeta._torch_reader is not built (no torch headers at build time)";
-    return nullptr;
-  }
-  nb::object reader = nb::steal(mod);
-  const std::string built = nb::cast<std::string>(reader.attr("torch_version"));
-  const std::string running = nb::cast<std::string>(torch.attr("__version__"));
-  if (built != running) {
-    status = "off: linmeta._torch_reader was built against torch " + built + ", running " +
-             running + " (rebuild linmeta)";
-    return nullptr;
-  }
-  void* fn = PyCapsule_GetPointer(reader.attr("read").ptr(), kTorchReaderCapsule);
-  if (fn == nullptr) {
-    PyErr_Clear();
-    status = "off: linmeta._torch_reader has another interface (rebuild linmeta)";
-    return nullptr;
-  }
-  if (nb::hasattr(reader, "current_stream")) {
-    void* sf = PyCapsule_GetPointer(reader.attr("current_stream").ptr(), kTorchStreamCapsule);
-    if (sf == nullptr) PyErr_Clear();
-    stream = reinterpret_cast<TorchStreamFn>(sf);
-  }
-  if (nb::hasattr(reader, "conv_lists")) {
-    void* cf = PyCapsule_GetPointer(reader.attr("conv_lists").ptr(), kTorchConvListsCapsule);
-    if (cf == nullptr) PyErr_Clear();
-    conv_lists = reinterpret_cast<TorchConvListsFn>(cf);
-  }
-  status = "on: torch " + running;
-  return reinterpret_cast<TorchReadFn>(fn);
-}
 
 /// torch's objects once torch_objects() found them (never destroyed: the objects must not be
 /// released after the interpreter is gone).
@@ -245,7 +197,6 @@ TorchObjects* torch_objects_found = nullptr;
   t->s_stride = nb::str("stride");
   t->s_data_ptr = nb::str("data_ptr");
   t->s_get_device = nb::str("get_device");
-  t->reader = load_torch_reader(torch, t->reader_status, t->stream, t->conv_lists);
   torch_objects_found = t;
   return t;
 }
@@ -268,26 +219,9 @@ nb::object call0_or_null(nb::handle obj, nb::handle name) {
 /// The fast path for plain torch.Tensor inputs: pointer, shape, strides, dtype and device
 /// read from the tensor itself (no DLPack capsule per input). Returns false for anything
 /// else (subclasses, non-strided layouts, other dtypes), which takes the generic path.
-bool import_torch_tensor(nb::handle obj, ImportedArray& a, bool use_reader) {
+bool import_torch_tensor(nb::handle obj, ImportedArray& a) {
   const TorchObjects* t = torch_objects();
   if (t == nullptr) return false;
-  if (use_reader && t->reader != nullptr) {
-    TorchTensorInfo info{};
-    if (t->reader(obj.ptr(), &info) == 1) {
-      a.present = true;
-      a.data = info.data;
-      a.ndim = info.ndim;
-      for (int i = 0; i < 2; ++i) {
-        a.shape[i] = info.shape[i];
-        a.strides[i] = info.strides[i];
-      }
-      a.dtype = nb::dlpack::dtype{info.code, info.bits, 1};
-      a.device_type = info.device_type;
-      a.device_id = info.device_id;
-      a.keep = nb::borrow(obj);
-      return true;
-    }
-  }
   if (Py_TYPE(obj.ptr()) != t->tensor) return false;
   nb::object dt = nb::steal(PyObject_GetAttr(obj.ptr(), t->s_dtype.ptr()));
   if (!dt.is_valid()) throw nb::python_error();
@@ -393,32 +327,9 @@ std::string dtype_name(nb::dlpack::dtype dt) {
   return out;
 }
 
-std::string torch_reader_status() {
-  const TorchObjects* t = torch_objects();
-  return t == nullptr ? "off: torch is not imported" : t->reader_status;
-}
-
-bool torch_current_stream(int32_t device, uintptr_t& out) {
-  const TorchObjects* t = torch_objects();
-  return t != nullptr && t->stream != nullptr && t->stream(device, &out) == 1;
-}
-
-bool torch_conv_lists_available() {
-  const TorchObjects* t = torch_objects();
-  return t != nullptr && t->reader != nullptr && t->conv_lists != nullptr;
-}
-
-nb::object torch_conv_lists(const int32_t* nums, int64_t n) {
-  if (!torch_conv_lists_available()) return nb::none();
-  PyObject* r = torch_objects()->conv_lists(nums, n);
-  if (r == nullptr) throw nb::python_error();
-  return nb::steal(r);
-}
-
-void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Stream consumer,
-                       bool torch_reader) {
+void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Stream consumer) {
   if (!obj.is_valid() || obj.is_none()) return;
-  if (import_torch_tensor(obj, a, torch_reader)) return;
+  if (import_torch_tensor(obj, a)) return;
   nb::ndarray<nb::ro> nd;
   bool cast = false;
   try {
@@ -462,9 +373,9 @@ void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Strea
           .c_str());
 }
 
-ImportedArray import_array(nb::handle obj, const char* name, Stream consumer, bool torch_reader) {
+ImportedArray import_array(nb::handle obj, const char* name, Stream consumer) {
   ImportedArray a;
-  import_array_into(a, obj, name, consumer, torch_reader);
+  import_array_into(a, obj, name, consumer);
   return a;
 }
 

@@ -1,0 +1,122 @@
+"""vLLM 0.34's Mamba-family metadata builders, built by linmeta: Mamba2 (Nemotron-H, Granite
+4.0, Falcon-H1, Zamba2, Bamba), Mamba1 (Jamba, Falcon-Mamba), ShortConv (LFM2) and linear
+attention (MiniMax-Text-01 / M1). linmeta has vLLM 0.34's rules for them only."""
+
+from __future__ import annotations
+
+from ._common import PROFILE, AttentionCGSupport, Base, Builder, vllm_class
+from .local import local_class
+
+_BACKENDS = "vllm.v1.attention.backends"
+_CHECKPOINT = ("vllm.model_executor.layers.mamba.checkpoint", "MambaPrefillCheckpointMetadata")
+
+
+class _MambaBuilder(Builder, Base):
+    """vLLM 0.34's BaseMambaAttentionMetadataBuilder (mamba_attn.py): its attributes, and
+    build() / build_for_cudagraph_capture() / update_block_table() by linmeta."""
+
+    module = ""  # vLLM's module of the builder, under vllm.v1.attention.backends
+    metadata_name = ""
+    _cudagraph_support = AttentionCGSupport.UNIFORM_BATCH
+    reorder_batch_threshold: int = 1
+    supports_update_block_table: bool = True
+    needs_causal_conv1d_metadata: bool = True
+
+    @classmethod
+    def unsupported(cls, kv_cache_spec, vllm_config):
+        if PROFILE != "vllm-0.34":
+            return "linmeta has vLLM 0.34's Mamba rules only"
+        cache = vllm_config.cache_config
+        if getattr(cache, "use_replayssm", False):
+            return "ReplaySSM"
+        spec = vllm_config.speculative_config
+        if spec is not None and getattr(spec, "parallel_drafting", False):
+            return "parallel drafting (decode threshold 1 + 2k)"
+        dcp = getattr(getattr(vllm_config, "parallel_config", None),
+                      "decode_context_parallel_size", 1)
+        if dcp > 1:
+            return "decode context parallelism"
+        return None
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.speculative_config = vllm_config.speculative_config
+        self.compilation_config = vllm_config.compilation_config
+        self.num_spec_tokens: int = vllm_config.num_speculative_tokens
+        self.use_spec_decode = self.num_spec_tokens > 0
+        self.use_replayssm = False
+        max_bs = vllm_config.scheduler_config.max_num_seqs
+        cap = self.compilation_config.max_cudagraph_capture_size
+        self.decode_cudagraph_max_bs: int = max_bs if cap is None else min(max_bs, cap)
+        self._init_reorder_batch_threshold(1, self.use_spec_decode)
+        if self.use_spec_decode:
+            self.supports_update_block_table = False
+        self._join_engine(device)
+
+    def metadata_class(self):
+        return vllm_class(f"{_BACKENDS}.{self.module}", self.metadata_name) or local_class(self.kind)
+
+    def linmeta_config(self) -> dict:
+        return dict(self.common_config(), profile="vllm-0.34")
+
+
+class Mamba2AttentionMetadataBuilder(_MambaBuilder):
+    kind = "mamba2"
+    module = "mamba2_attn"
+    metadata_name = "Mamba2AttentionMetadata"
+    replaces = (f"{_BACKENDS}.mamba2_attn", "Mamba2AttentionMetadataBuilder")
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        self.chunk_size: int = vllm_config.model_config.get_mamba_chunk_size()
+        assert self.chunk_size is not None, (
+            "chunk_size needs to be set in the model config for Mamba2 models")
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+
+    def composite_classes_of(self) -> dict:
+        checkpoint = vllm_class(*_CHECKPOINT)
+        return {"checkpoint_meta": checkpoint} if checkpoint is not None else {}
+
+    def linmeta_config(self) -> dict:
+        return dict(super().linmeta_config(), chunk_size=int(self.chunk_size),
+                    **self.checkpoint_config(self.kv_cache_spec, None))
+
+
+class Mamba1AttentionMetadataBuilder(_MambaBuilder):
+    kind = "mamba1"
+    module = "mamba1_attn"
+    metadata_name = "Mamba1AttentionMetadata"
+    replaces = (f"{_BACKENDS}.mamba1_attn", "Mamba1AttentionMetadataBuilder")
+
+
+class ShortConvAttentionMetadataBuilder(_MambaBuilder):
+    kind = "short_conv"
+    module = "short_conv_attn"
+    metadata_name = "ShortConvAttentionMetadata"
+    replaces = (f"{_BACKENDS}.short_conv_attn", "ShortConvAttentionMetadataBuilder")
+
+
+class LinearAttentionMetadataBuilder(Builder, Base):
+    """vLLM 0.34's LinearAttentionMetadataBuilder (linear_attn.py), built by linmeta."""
+
+    kind = "linear"
+    replaces = (f"{_BACKENDS}.linear_attn", "LinearAttentionMetadataBuilder")
+    _cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+    reorder_batch_threshold: int = 1
+
+    @classmethod
+    def unsupported(cls, kv_cache_spec, vllm_config):
+        return None if PROFILE == "vllm-0.34" else "linmeta has vLLM 0.34's rules only"
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self._join_engine(device)
+
+    def metadata_class(self):
+        return vllm_class(f"{_BACKENDS}.linear_attn", "LinearAttentionMetadata") or local_class(
+            "linear")
+
+    def linmeta_config(self) -> dict:
+        return dict(self.common_config(), profile="vllm-0.34")
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+        return super().build(common_prefix_len, common_attn_metadata)

@@ -1,0 +1,94 @@
+#include "fields.hpp"
+
+#include <cstring>
+#include <functional>
+#include <string>
+
+namespace linmeta::py {
+
+nb::dlpack::dtype dlpack_dtype(DType t) {
+  if (t == DType::Bool) return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bool), 8, 1};
+  return {static_cast<uint8_t>(nb::dlpack::dtype_code::Int),
+          static_cast<uint8_t>(8 * dtype_size(t)), 1};
+}
+
+size_t FieldExporter::KeyHash::operator()(const Key& k) const {
+  size_t h = std::hash<uintptr_t>{}(k.ptr);
+  h ^= std::hash<int64_t>{}(k.rows) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h ^ (static_cast<size_t>(k.cols) * 31 + static_cast<size_t>(k.ndim) * 7 +
+              static_cast<size_t>(k.dtype) * 3 + (k.host ? 5 : 0));
+}
+
+FieldExporter::FieldExporter(nb::object owner, int32_t device_id, ArrayType type)
+    : owner_(std::move(owner)), device_id_(device_id), type_(type) {}
+
+nb::object FieldExporter::array(const Array& a, bool device, const CallerArrays& in) {
+  if (!a.present) return nb::none();
+  // The caller's own arrays (seq_lens, query_start_loc, passed-through accepted counts):
+  // the caller's objects, as vLLM's builders return them. The builder's buffers never
+  // alias caller memory, so the address tells.
+  if (a.data != nullptr) {
+    if (a.data == in.seq_lens_data && in.seq_lens.is_valid()) return nb::borrow(in.seq_lens);
+    if (a.data == in.accepted_data && in.accepted.is_valid()) return nb::borrow(in.accepted);
+    if (a.data == in.query_start_loc_data && in.query_start_loc.is_valid())
+      return nb::borrow(in.query_start_loc);
+  }
+  const Key key{reinterpret_cast<uintptr_t>(a.data), a.rows, a.cols, a.ndim, a.dtype, !device};
+  if (auto it = views_.find(key); it != views_.end()) return it->second;
+  if (views_.size() >= kMaxViews) views_.clear();
+  nb::object view = export_array(a.data, a.ndim, a.rows, a.cols, dlpack_dtype(a.dtype),
+                                 device ? kDLCUDA : kDLCPU, device ? device_id_ : 0, owner_, type_);
+  ++made_;
+  views_.emplace(key, view);
+  return view;
+}
+
+nb::object FieldExporter::value(const OutputSpec& spec, const Metadata& m, const CallerArrays& in) {
+  const FieldRef r = spec.field(const_cast<Metadata&>(m));
+  if (!r) return nb::none();
+  switch (r.type) {
+    case FieldType::Count:
+      return nb::int_(r.count());
+    case FieldType::OptionalInt:
+      return r.present() ? nb::object(nb::int_(*r.optional_int())) : nb::none();
+    case FieldType::Flag:
+      return nb::bool_(r.flag());
+    case FieldType::Table:
+      return in.block_table.is_valid() ? nb::borrow(in.block_table) : nb::none();
+    case FieldType::Array: {
+      const Array& a = r.array();
+      if (spec.shape != Shape::List) return array(a, m.target == Target::Cuda && !spec.host_memory(), in);
+      if (!a.present) return nb::none();
+      nb::list l;  // a new list each time, as vLLM's
+      for (int64_t i = 0; i < a.size(); ++i) l.append(nb::int_(a.at(i)));
+      return std::move(l);
+    }
+    case FieldType::Composite:
+      return composite(spec, m, in);
+  }
+  return nb::none();
+}
+
+nb::object FieldExporter::composite(const OutputSpec& spec, const Metadata& m,
+                                    const CallerArrays& in) {
+  const FieldRef r = spec.field(const_cast<Metadata&>(m));
+  if (!r || !r.present()) return nb::none();
+  // The members are the rows named "<spec.name>.<leaf>", after the parent in the table.
+  const size_t prefix = std::strlen(spec.name);
+  nb::dict d;
+  for (const OutputSpec& row : kOutputs) {
+    if (!row.is_output() || std::strncmp(row.name, spec.name, prefix) != 0 ||
+        row.name[prefix] != '.' || std::strchr(row.name + prefix + 1, '.') != nullptr)
+      continue;
+    d[row.name + prefix + 1] = value(row, m, in);
+  }
+  // vLLM's compute_causal_conv1d_metadata returns {BLOCK_M: {...}}.
+  if (spec.id == Out::NumsDict) {
+    nb::dict outer;
+    outer[nb::int_(kConvBlock)] = d;
+    return std::move(outer);
+  }
+  return std::move(d);
+}
+
+}  // namespace linmeta::py

@@ -1,0 +1,74 @@
+// A Metadata's fields as Python values, through the output table (linmeta/outputs.hpp):
+// counts and optional ints as int / None, flags as bool, arrays as views of the builder's
+// buffers (one export per address, shape and dtype, then the same object), arrays in the
+// caller's memory as the caller's own objects, composites as dicts of their members (vLLM's
+// nums_dict keyed by its BLOCK_M, 8). Shared by the generic Metadata object and the vLLM
+// session.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <array>
+#include <cstdint>
+#include <unordered_map>
+
+#include "arrays.hpp"
+#include "linmeta/outputs.hpp"
+
+namespace linmeta::py {
+
+namespace nb = nanobind;
+
+/// The DLPack element type of an output dtype.
+nb::dlpack::dtype dlpack_dtype(DType t);
+
+/// The caller's arrays of one call, for the output rows in the caller's memory
+/// (Cap::Input: seq_lens, query_start_loc, a passed-through num_accepted_tokens, a table).
+struct CallerArrays {
+  nb::handle seq_lens, accepted, query_start_loc, block_table;
+  const void* seq_lens_data = nullptr;
+  const void* accepted_data = nullptr;
+  const void* query_start_loc_data = nullptr;
+};
+
+class FieldExporter {
+ public:
+  /// Views keep `owner` (the Python builder, owner of the buffers) alive; `device_id` is the
+  /// CUDA device of the cuda target. An exporter belongs to an object that holds the
+  /// builder (a Metadata object, a vLLM engine), never to the builder itself: its cached
+  /// views reference the builder.
+  FieldExporter(nb::object owner, int32_t device_id, ArrayType type);
+
+  /// The value of output row `spec` in `m` (whose parent composite must be present), or
+  /// None when the row is absent.
+  nb::object value(const OutputSpec& spec, const Metadata& m, const CallerArrays& in);
+  /// A composite's members as a dict (None when absent).
+  nb::object composite(const OutputSpec& spec, const Metadata& m, const CallerArrays& in);
+  /// Number of views made so far (each export is counted once).
+  [[nodiscard]] size_t views_made() const { return made_; }
+
+ private:
+  nb::object array(const Array& a, bool device, const CallerArrays& in);
+
+  struct Key {
+    uintptr_t ptr;
+    int64_t rows;
+    int32_t cols;
+    int32_t ndim;
+    DType dtype;
+    bool host;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  static constexpr size_t kMaxViews = 4096;
+
+  nb::object owner_;
+  int32_t device_id_;
+  ArrayType type_;
+  std::unordered_map<Key, nb::object, KeyHash> views_;
+  size_t made_ = 0;
+};
+
+}  // namespace linmeta::py

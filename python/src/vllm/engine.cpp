@@ -1,0 +1,317 @@
+#include "engine.hpp"
+
+#include <nanobind/stl/string.h>
+
+#include <array>
+#include <memory>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../binding/fields.hpp"
+#include "../binding/step_inputs.hpp"
+#include "linmeta/outputs.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace linmeta::py {
+
+namespace {
+
+/// The CommonAttentionMetadata attributes a call reads.
+enum Attr : int32_t {
+  kQslCpu,
+  kSeqLens,
+  kUpperBound,
+  kQsl,
+  kIsPrefilling,
+  kNumActualTokens,
+  kNumReqs,
+  kBlockTable,
+  kAttrs
+};
+constexpr std::array<const char*, kAttrs> kAttrNames = {
+    "query_start_loc_cpu", "seq_lens", "seq_lens_cpu_upper_bound", "query_start_loc",
+    "is_prefilling",       "num_actual_tokens", "num_reqs",        "block_table_tensor"};
+
+/// One call's CommonAttentionMetadata inputs plus the counts handed to build().
+struct CallInputs {
+  std::array<nb::object, kAttrs> attr;
+  nb::object accepted, drafts;
+
+  CallInputs(nb::handle m, nb::handle accepted_, nb::handle drafts_,
+             const std::array<nb::str, kAttrs>& names) {
+    for (int32_t i = 0; i < kAttrs; ++i) {
+      PyObject* v = PyObject_GetAttr(m.ptr(), names[i].ptr());
+      if (v == nullptr) {
+        // seq_lens_cpu_upper_bound is optional: vLLM releases before it had seq_lens_cpu.
+        if (i != kUpperBound) throw nb::python_error();
+        PyErr_Clear();
+        v = PyObject_GetAttrString(m.ptr(), "seq_lens_cpu");
+        if (v == nullptr) throw nb::python_error();
+      }
+      attr[i] = nb::steal(v);
+    }
+    accepted = nb::borrow(accepted_);
+    drafts = nb::borrow(drafts_);
+  }
+
+  /// The same step as `o`: the very objects (the runner hands every group the same ones).
+  [[nodiscard]] bool same_step(const CallInputs& o) const {
+    for (int32_t i = 0; i < kAttrs; ++i) {
+      if (i == kBlockTable) continue;
+      if (i == kNumActualTokens || i == kNumReqs) {
+        if (!attr[i].equal(o.attr[i])) return false;
+      } else if (!attr[i].is(o.attr[i])) {
+        return false;
+      }
+    }
+    return accepted.is(o.accepted) && drafts.is(o.drafts);
+  }
+
+  [[nodiscard]] StepArgs args(nb::handle stream) const {
+    return make_step_args(attr[kQslCpu], attr[kSeqLens], attr[kUpperBound], attr[kNumActualTokens],
+                          attr[kQsl], attr[kIsPrefilling], drafts, accepted, attr[kNumReqs], stream);
+  }
+};
+
+class Engine {
+ public:
+  /// builder: a linmeta MetadataBuilder (one group per builder object of the engine);
+  /// fields: the metadata dataclass's field names; defaults: their defaults (every result
+  /// starts from a copy); classes: {field name: dataclass} for the composites vLLM returns as
+  /// dataclasses ("a.b" for one nested in composite a), made with their members as the
+  /// instance's __dict__ (vLLM's are plain dataclasses: linmeta.vllm checks that);
+  /// stream: a callable returning the stream to launch on (torch's current one), or None;
+  /// prefetch_tables: a plan gathers the other groups' state indices from the tables they
+  /// used the step before (checked when they are served).
+  Engine(nb::object builder, nb::handle fields, nb::dict defaults, nb::dict classes,
+         nb::object stream, bool prefetch_tables)
+      : b_(nb::inst_ptr<PyBuilder>(builder)),
+        exporter_(builder, b_->device_id, b_->array_type),
+        defaults_(std::move(defaults)),
+        classes_(std::move(classes)),
+        stream_(std::move(stream)),
+        prefetch_(prefetch_tables) {
+    for (int32_t i = 0; i < kAttrs; ++i) names_[i] = nb::str(kAttrNames[i]);
+    const BuilderKind kind = b_->builder.kind();
+    nb::set wanted;
+    for (nb::handle f : fields) wanted.add(f);
+    for (const OutputSpec& spec : kOutputs) {
+      if (!spec.is_output() || spec.nested() || !spec.has(kind)) continue;
+      nb::str key(spec.name);
+      if (wanted.contains(key)) keys_.push_back({spec.id, key, spec.name});
+    }
+    // The fields of each composite dataclass (vLLM's; the seed KDA's has two of six).
+    for (auto [k, cls] : classes_) {
+      nb::list names;
+      for (nb::handle f : nb::borrow<nb::dict>(cls.attr("__dataclass_fields__")).keys())
+        names.append(f);
+      class_fields_[k] = names;
+    }
+    const auto G = static_cast<size_t>(b_->builder.num_groups());
+    tables_.resize(G);
+    served_.assign(G, 1);
+    results_.resize(G);
+    metas_.resize(G);
+  }
+
+  nb::dict build(int32_t group, nb::handle m, nb::handle accepted, nb::handle drafts,
+                 bool capture) {
+    check_group(group);
+    auto in = std::make_unique<CallInputs>(m, accepted, drafts, names_);
+    const auto g = static_cast<size_t>(group);
+    if (last_ && !served_[g] && capture == capture_ && in->same_step(*last_)) {
+      served_[g] = 1;
+      ++served_count_;
+      regather(group, in->attr[kBlockTable]);
+    } else {
+      plan(group, *in, capture);
+      last_ = std::move(in);
+    }
+    return fill(group, nb::borrow<nb::dict>(PyDict_Copy(defaults_.ptr())));
+  }
+
+  nb::dict update_block_table(int32_t group, nb::handle metadata, nb::handle table) {
+    check_group(group);
+    // The metadata must be an object made from a dict this engine returned in its last step.
+    nb::object d = nb::steal(PyObject_GetAttrString(metadata.ptr(), "__dict__"));
+    if (!d.is_valid()) throw nb::python_error();
+    bool ours = false;
+    for (const nb::object& r : results_) ours = ours || (r.is_valid() && r.is(d));
+    if (!ours)
+      raise_error("update_block_table takes metadata this engine's builders made in its last step");
+    regather(group, table);
+    served_[static_cast<size_t>(group)] = 1;
+    return fill(group, nb::borrow<nb::dict>(PyDict_Copy(d.ptr())));
+  }
+
+  [[nodiscard]] nb::dict stats() const {
+    nb::dict d;
+    d["plans"] = plans_;
+    d["served"] = served_count_;
+    d["regathers"] = regathers_;
+    d["views"] = exporter_.views_made();
+    return d;
+  }
+
+ private:
+  struct Key {
+    Out id;
+    nb::str name;
+    std::string text;
+  };
+  /// The table a group's state indices were gathered from in the last step.
+  struct GroupTable {
+    nb::object object;
+    BlockTable table;
+    int64_t rows = 0;
+  };
+
+  void check_group(int32_t group) const {
+    if (group < 0 || group >= b_->builder.num_groups())
+      raise_error("group " + std::to_string(group) + " is outside [0, " +
+                  std::to_string(b_->builder.num_groups()) + ")");
+  }
+
+  [[nodiscard]] Stream stream() const {
+    if (b_->builder.target() != Target::Cuda || stream_.is_none()) return nullptr;
+    return parse_stream(stream_());
+  }
+
+  /// Imports a block table for a step of `num_reqs` rows.
+  GroupTable import(nb::handle obj, int32_t num_reqs) const {
+    PreparedStep p;
+    const BlockTable t = import_table(p, obj, "block_table_tensor", num_reqs, b_->memory());
+    return {nb::borrow(obj), t, p.arrays.back().shape[0]};
+  }
+
+  /// Plans the step and builds every group: group `group` from its own table, the others
+  /// from the tables they had the step before (prefetch) or this one.
+  void plan(int32_t group, const CallInputs& in, bool capture) {
+    PreparedStep p;
+    prepare(p, *b_, in.args(nb::none()));
+    p.stream = stream();
+    const int32_t n = p.step.num_reqs;
+    const GroupTable own = import(in.attr[kBlockTable], n);
+    const auto G = static_cast<size_t>(b_->builder.num_groups());
+    std::vector<GroupTable> use(G, own);
+    for (size_t h = 0; h < G; ++h) {
+      const GroupTable& prev = tables_[h];
+      // A table as tall and as wide as this step's own (the gathers it needs) only.
+      if (prefetch_ && static_cast<int32_t>(h) != group && prev.object.is_valid() &&
+          prev.rows >= n && prev.table.width >= own.table.width)
+        use[h] = prev;
+    }
+    p.tables.clear();
+    for (const GroupTable& t : use) p.tables.push_back(t.table);
+    p.step.block_table = p.tables[0];
+    const std::span<const Metadata> ms =
+        capture ? b_->builder.build_groups_for_cudagraph_capture(p.step, p.tables, p.stream)
+                : b_->builder.build_groups(p.step, p.tables, p.stream);
+    ++plans_;
+    capture_ = capture;
+    seq_lens_ = p.step.seq_lens;
+    accepted_ = p.step.num_accepted_tokens;
+    qsl_ = p.step.query_start_loc;
+    num_reqs_ = n;
+    for (size_t h = 0; h < G; ++h) {
+      metas_[h] = ms[h];
+      tables_[h] = std::move(use[h]);
+      served_[h] = static_cast<int32_t>(h) == group ? 1 : 0;
+      results_[h] = nb::object();
+    }
+  }
+
+  /// Group `group`'s state indices of the last step from `table`: the plan's own unless the
+  /// table is in other memory than the launch read (then one re-gather).
+  void regather(int32_t group, nb::handle table) {
+    const auto g = static_cast<size_t>(group);
+    GroupTable t = import(table, num_reqs_);
+    if (!(t.table == tables_[g].table)) {
+      metas_[g] = b_->builder.update_block_table(metas_[g], t.table, group, stream());
+      ++regathers_;
+    }
+    tables_[g] = std::move(t);
+  }
+
+  /// Sets every field of `out` from group `group`'s metadata.
+  nb::dict fill(int32_t group, nb::dict out) {
+    const auto g = static_cast<size_t>(group);
+    const Metadata& m = metas_[g];
+    const CallInputs& in = *last_;
+    CallerArrays ca;
+    ca.seq_lens = in.attr[kSeqLens];
+    ca.accepted = in.accepted;
+    ca.query_start_loc = in.attr[kQsl];
+    ca.block_table = tables_[g].object;
+    ca.seq_lens_data = seq_lens_;
+    ca.accepted_data = accepted_;
+    ca.query_start_loc_data = qsl_;
+    for (const Key& k : keys_) {
+      nb::object v = exporter_.value(output_spec(k.id), m, ca);
+      if (!v.is_none() && nb::isinstance<nb::dict>(v)) v = instance(k.text, v);
+      out[k.name] = v;
+    }
+    results_[g] = out;
+    return out;
+  }
+
+  /// Composite `name`'s dict as its dataclass (nested ones first), where one is configured.
+  nb::object instance(const std::string& name, nb::object members) {
+    nb::str key(name.c_str());
+    if (!classes_.contains(key)) return members;
+    nb::dict d = nb::borrow<nb::dict>(members);
+    for (auto [k, v] : d)
+      if (nb::isinstance<nb::dict>(v))
+        d[k] = instance(name + "." + nb::cast<std::string>(k), nb::borrow(v));
+    nb::dict fields;
+    for (nb::handle f : nb::borrow<nb::list>(class_fields_[key]))
+      fields[f] = d.contains(f) ? nb::object(d[f]) : nb::none();
+    nb::handle cls = classes_[key];
+    nb::object obj = nb::steal(PyObject_CallMethod(cls.ptr(), "__new__", "O", cls.ptr()));
+    if (!obj.is_valid() || PyObject_SetAttrString(obj.ptr(), "__dict__", fields.ptr()) != 0)
+      throw nb::python_error();
+    return obj;
+  }
+
+  PyBuilder* b_;
+  FieldExporter exporter_;  ///< holds the builder
+  nb::dict defaults_;
+  nb::dict classes_;
+  nb::dict class_fields_;  ///< composite name -> its dataclass's field names
+  nb::object stream_;
+  bool prefetch_;
+  std::array<nb::str, kAttrs> names_;
+  std::vector<Key> keys_;
+
+  std::unique_ptr<CallInputs> last_;  ///< the planning call's inputs
+  bool capture_ = false;
+  const int32_t* seq_lens_ = nullptr;  ///< the planning call's caller arrays
+  const int32_t* accepted_ = nullptr;
+  const int32_t* qsl_ = nullptr;
+  int32_t num_reqs_ = 0;
+  std::vector<GroupTable> tables_;
+  std::vector<char> served_;
+  std::vector<nb::object> results_;  ///< each group's last result dict
+  std::vector<Metadata> metas_;
+  int64_t plans_ = 0, served_count_ = 0, regathers_ = 0;
+};
+
+}  // namespace
+
+void bind_vllm(nb::module_& m) {
+  nb::module_ sub = m.def_submodule("vllm", "The native half of linmeta.vllm.");
+  nb::class_<Engine>(sub, "Engine",
+                     "One native builder serving the KV-cache groups of one configuration "
+                     "(python/src/vllm/engine.hpp).")
+      .def(nb::init<nb::object, nb::handle, nb::dict, nb::dict, nb::object, bool>(), "builder"_a,
+           "fields"_a, "defaults"_a, "classes"_a, "stream"_a.none(), "prefetch_tables"_a)
+      .def("build", &Engine::build, "group"_a, "m"_a, "num_accepted_tokens"_a.none(),
+           "num_decode_draft_tokens_cpu"_a.none(), "capture"_a)
+      .def("update_block_table", &Engine::update_block_table, "group"_a, "metadata"_a, "table"_a)
+      .def_prop_ro("stats", &Engine::stats, "Plans, served calls, re-gathers and views made.");
+}
+
+}  // namespace linmeta::py
