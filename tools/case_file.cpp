@@ -495,7 +495,8 @@ json config_json(const Config& c) {
     if (k == "max_num_batched_tokens" || k == "chunk_metadata") return;
     if (c.profile == Profile::Seed && (k == "profile" || k == "prefill_backend")) return;
     if (k == "chunk_size" && c.chunk_size == 0) return;
-    if (k == "prefill_checkpoint_alignment" && c.profile == Profile::Seed) return;
+    // Absent: the builder's default grid (null would be vLLM's None: no checkpoints).
+    if (k == "prefill_checkpoint_alignment" && c.prefill_checkpoint_alignment == 0) return;
     j[k] = config_value(member);
   });
   return j;

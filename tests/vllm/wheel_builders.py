@@ -80,6 +80,10 @@ def checkpoint_alignment(builder: str, config: dict) -> int | None:
     if builder == "kda":
         exports = backend == "flashkda"
         alignment = KDA_FLASHKDA_CHECKPOINT_ALIGNMENT
+    elif config.get("prefill_checkpoint_alignment") is not None:
+        # A layer's own grid (GLM-5-Next's FlashKDA-exported GDN: 16, any prefill backend).
+        exports = config["mamba_cache_mode"] == "align"
+        alignment = int(config["prefill_checkpoint_alignment"])
     else:
         exports = backend == "flashinfer" and config["mamba_cache_mode"] == "align"
         alignment = int(config["block_size"])
@@ -99,7 +103,7 @@ def check_config(builder: str, config: dict) -> None:
     if is_mamba(builder):
         if config["use_recoverssm"]:
             raise UnsupportedConfig("use_recoverssm is a KDA option")
-        if config.get("prefill_backend") is not None:
+        if config.get("prefill_backend") not in (None, "triton"):
             raise UnsupportedConfig(f"{builder}: prefill_backend is a GDN/KDA option")
         if builder == "mamba2" and not int(config.get("chunk_size") or 0) > 0:
             raise UnsupportedConfig("mamba2 needs config.chunk_size (model_config.get_mamba_chunk_size())")
