@@ -72,10 +72,14 @@ def test_example_e1_fields():
     assert md.recoverssm_commit is None and md.checkpoint is None
     nd = md.nums_dict
     assert list(nd) == [8]
-    assert set(nd[8]) == {"nums", "tot", "mlist", "mlist_len", "offsetlist"}
+    assert set(nd[8]) == {"nums", "tot", "mlist", "mlist_len", "offsetlist", "batch_ptr",
+                          "token_chunk_offset_ptr"}
     assert nd[8]["tot"] == nd[8]["mlist_len"] == 5
     assert arr(nd[8]["nums"]).tolist() == [1, 1, 2, 1]
     assert arr(md.batch_ptr)[:5].tolist() == [0, 1, 2, 2, 3]
+    # vLLM's nums_dict carries the program arrays themselves.
+    assert nd[8]["batch_ptr"] is md.batch_ptr
+    assert nd[8]["token_chunk_offset_ptr"] is md.token_chunk_offset_ptr
     assert "num_prefills=2" in repr(md)
 
 
@@ -390,7 +394,7 @@ def test_kda_recoverssm_commit_align_block_table_is_callers_array():
         block_table=bt,
     )
     rc = md.recoverssm_commit
-    assert isinstance(rc, linmeta.RecoverSsmCommit)
+    assert isinstance(rc, types.SimpleNamespace)
     assert rc.align is not None and rc.align.block_table is bt
     assert rc.align.block_size == 16
     assert arr(rc.align.num_computed_tokens).tolist() == [18, 31]

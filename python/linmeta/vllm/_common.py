@@ -181,52 +181,51 @@ def vllm_class(module: str, name: str):
 class _Engine:
     """The builder objects of one configuration (one per KV-cache group) and the native engine
     serving them: a MetadataBuilder with a group per object, made again with more groups when
-    an object joins (vLLM makes every builder object before its first build)."""
+    an object joins (vLLM makes every builder object before its first build). The builder
+    objects hold it; it lives as long as one of them."""
 
     def __init__(self, kind, config, device, cls, classes):
         self.kind, self.config, self.device = kind, dict(config), device
         self.cls, self.classes = cls, classes
         self.fields = [f.name for f in dataclasses.fields(cls)]
         self.defaults = defaults(cls)
-        self.slots: list[weakref.ref] = []
+        self.groups = 0
+        self.builder = None  # the native MetadataBuilder
         self.native = None
 
-    def register(self, obj) -> int:
-        slot = len(self.slots)
-        self.slots.append(weakref.ref(obj))
+    def register(self) -> int:
+        group = self.groups
+        self.groups += 1
         target = "cuda" if self.device.type == "cuda" else "host"
         stream = None
         if target == "cuda":
             stream = functools.partial(torch.cuda.current_stream, self.device)
             with torch.cuda.device(self.device):
                 builder = _linmeta.MetadataBuilder(
-                    self.kind, target=target, num_groups=slot + 1, array_type="torch",
+                    self.kind, target=target, num_groups=self.groups, array_type="torch",
                     **self.config)
         else:
             builder = _linmeta.MetadataBuilder(
-                self.kind, target=target, num_groups=slot + 1, array_type="torch", **self.config)
+                self.kind, target=target, num_groups=self.groups, array_type="torch",
+                **self.config)
+        self.builder = builder
         self.native = _linmeta.vllm.Engine(
             builder, self.fields, self.defaults, self.classes, stream, PREFETCH_TABLES)
-        return slot
-
-    def alive(self) -> bool:
-        return any(r() is not None for r in self.slots)
+        return group
 
 
-_ENGINES: dict[tuple, _Engine] = {}
+_ENGINES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _ENGINES_LOCK = threading.Lock()
 
 
 def engine(kind, config, device, cls, classes) -> _Engine:
-    """The engine of every builder object of this configuration; engines whose objects are
-    all gone are dropped."""
+    """The engine of every live builder object of this configuration."""
     key = (kind, str(device), cls) + tuple(sorted(config.items()))
     with _ENGINES_LOCK:
-        for k in [k for k, e in _ENGINES.items() if k != key and not e.alive()]:
-            del _ENGINES[k]
         e = _ENGINES.get(key)
         if e is None:
-            e = _ENGINES[key] = _Engine(kind, config, device, cls, classes)
+            e = _Engine(kind, config, device, cls, classes)
+            _ENGINES[key] = e
         return e
 
 
@@ -279,7 +278,7 @@ class Builder:
             check_plain_dataclass(c)
         self._cls = cls
         self._engine = engine(self.kind, self.linmeta_config(), with_index(device), cls, classes)
-        self._group = self._engine.register(self)
+        self._group = self._engine.register()
 
     def composite_classes_of(self) -> dict:
         return {}
@@ -318,17 +317,21 @@ class Builder:
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False, *,
               num_accepted_tokens=None, num_decode_draft_tokens_cpu=None, **kwargs):
-        return make(self._cls, self._engine.native.build(
+        return self.metadata(self._engine.native.build(
             self._group, common_attn_metadata, num_accepted_tokens, num_decode_draft_tokens_cpu,
             False))
 
     def build_for_cudagraph_capture(self, common_attn_metadata):
-        return make(self._cls, self._engine.native.build(
+        return self.metadata(self._engine.native.build(
             self._group, common_attn_metadata, None, None, True))
 
     def update_block_table(self, metadata, blk_table, slot_mapping):
-        return make(self._cls, self._engine.native.update_block_table(
+        return self.metadata(self._engine.native.update_block_table(
             self._group, metadata, blk_table))
+
+    def metadata(self, fields: dict):
+        """vLLM's metadata object of one call's fields."""
+        return make(self._cls, fields)
 
 
 def register_with_vllm(classes) -> list[str]:

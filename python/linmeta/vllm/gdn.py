@@ -136,8 +136,11 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
         if PROFILE == "vllm-0.34" and self.vllm_config.cache_config.mamba_cache_mode == "align":
             assert self.mamba_aligned_state_indices is not None, (
                 "Aligned Mamba state indices must be precomputed")
-        md = super().build(common_prefix_len, common_attn_metadata, num_accepted_tokens,
-                           num_decode_draft_tokens_cpu)
+        return super().build(common_prefix_len, common_attn_metadata, num_accepted_tokens,
+                             num_decode_draft_tokens_cpu)
+
+    def metadata(self, fields: dict):
+        md = super().metadata(fields)
         if md.recoverssm_commit is not None:
             md.recoverssm_context = self._get_recoverssm_context()
         return md

@@ -244,7 +244,7 @@ NB_MODULE(_linmeta, m) {
   PyMetadata::bind(m);
 
   nb::class_<PyBuilder> cls(
-      m, "MetadataBuilder",
+      m, "MetadataBuilder", nb::is_weak_referenceable(),
       "A metadata builder of one kind (linmeta.BUILDER_KINDS: vLLM's GDN, Kimi-K3 KDA, Mamba2, "
       "Mamba1, ShortConv and linear-attention builders). MetadataBuilder(kind, **config): the "
       "Config fields as keywords (docs/python.md), plus target ('host' or 'cuda'), num_groups "

@@ -76,6 +76,13 @@ struct CallInputs {
   }
 };
 
+/// A new dict with the items of `d`.
+nb::dict copy(nb::handle d) {
+  PyObject* c = PyDict_Copy(d.ptr());
+  if (c == nullptr) throw nb::python_error();
+  return nb::steal<nb::dict>(c);
+}
+
 class Engine {
  public:
   /// builder: a linmeta MetadataBuilder (one group per builder object of the engine);
@@ -130,7 +137,7 @@ class Engine {
       plan(group, *in, capture);
       last_ = std::move(in);
     }
-    return fill(group, nb::borrow<nb::dict>(PyDict_Copy(defaults_.ptr())));
+    return fill(group, copy(defaults_));
   }
 
   nb::dict update_block_table(int32_t group, nb::handle metadata, nb::handle table) {
@@ -144,7 +151,7 @@ class Engine {
       raise_error("update_block_table takes metadata this engine's builders made in its last step");
     regather(group, table);
     served_[static_cast<size_t>(group)] = 1;
-    return fill(group, nb::borrow<nb::dict>(PyDict_Copy(d.ptr())));
+    return fill(group, copy(d));
   }
 
   [[nodiscard]] nb::dict stats() const {
