@@ -100,6 +100,7 @@ void validate_config(const Config& c, BuilderKind kind) {
   non_negative("num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks);
   non_negative("prefill_checkpoint_alignment", c.prefill_checkpoint_alignment);
   non_negative("chunk_size", c.chunk_size);
+  non_negative("max_cudagraph_capture_size", c.max_cudagraph_capture_size);
   const auto mode = static_cast<int32_t>(c.mamba_cache_mode);
   if (c.mamba_cache_mode != CacheMode::None && c.mamba_cache_mode != CacheMode::All &&
       c.mamba_cache_mode != CacheMode::Align)

@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 #include <nanobind/stl/string.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -34,20 +36,49 @@ std::string device_name(int32_t type, int32_t id) {
   }
 }
 
-/// Parses an array-interface typestr ("<i4", "|b1", ...) into a DLPack dtype.
-nb::dlpack::dtype parse_typestr(const std::string& s, const char* name) {
-  if (s.size() < 3)
-    throw nb::type_error(
-        ("linmeta: " + std::string(name) + ": unsupported typestr '" + s + "'").c_str());
+[[noreturn]] void raise_type(const std::string& message) {
+  throw nb::type_error(("linmeta: " + message).c_str());
+}
+
+/// Parses an array-interface typestr ("<i4", "|b1", ...) into a DLPack dtype: a byte order
+/// ('<', '|', '=', or '>' for one-byte items), a kind (i u f b c) and an item size of 1, 2, 4,
+/// 8 or 16 bytes. Anything else raises TypeError naming `name`.
+nb::dlpack::dtype parse_typestr(nb::handle typestr, const char* name, const char* which) {
+  if (!PyUnicode_Check(typestr.ptr()))
+    raise_type(std::string(name) + ": " + which + "['typestr'] must be a str, got " +
+               obj_type_name(typestr));
+  Py_ssize_t len = 0;
+  const char* c = PyUnicode_AsUTF8AndSize(typestr.ptr(), &len);
+  if (c == nullptr) throw nb::python_error();  // a str that is no UTF-8 (lone surrogates)
+  const std::string s(c, static_cast<size_t>(len));
+  auto unsupported = [&](const char* why) {
+    std::string shown;  // control characters escaped (a NUL would end the message)
+    for (const char ch : s) {
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
+        char esc[8];
+        std::snprintf(esc, sizeof esc, "\\x%02x",
+                      static_cast<unsigned>(static_cast<unsigned char>(ch)));
+        shown += esc;
+      } else {
+        shown += ch;
+      }
+    }
+    raise_type(std::string(name) + ": unsupported typestr '" + shown + "' in " + which + " (" +
+               why + ")");
+  };
+  if (s.size() < 3 || s.size() > 4) unsupported("expected e.g. '<i4' or '|b1'");
   const char order = s[0];
   const char kind = s[1];
-  const int bytes = std::stoi(s.substr(2));
-  const bool little = true;  // x86-64 / aarch64 hosts
-  if (bytes > 1 &&
-      ((order == '>' && little) || (order != '<' && order != '>' && order != '=' && order != '|')))
-    throw nb::type_error(
-        ("linmeta: " + std::string(name) + ": unsupported byte order in typestr '" + s + "'")
-            .c_str());
+  if (order != '<' && order != '>' && order != '|' && order != '=')
+    unsupported("byte order must be '<', '>', '|' or '='");
+  int64_t bytes = 0;
+  for (size_t i = 2; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') unsupported("the item size must be a decimal number");
+    bytes = bytes * 10 + (s[i] - '0');
+  }
+  if (bytes != 1 && bytes != 2 && bytes != 4 && bytes != 8 && bytes != 16)
+    unsupported("item size must be 1, 2, 4, 8 or 16 bytes");
+  if (order == '>' && bytes > 1) unsupported("big-endian data: x86-64 and aarch64 hosts read <");
   nb::dlpack::dtype dt{};
   switch (kind) {
     case 'i':
@@ -61,17 +92,50 @@ nb::dlpack::dtype parse_typestr(const std::string& s, const char* name) {
       break;
     case 'b':
       dt.code = static_cast<uint8_t>(dtype_code::Bool);
+      if (bytes != 1) unsupported("booleans are one byte");
       break;
     case 'c':
       dt.code = static_cast<uint8_t>(dtype_code::Complex);
       break;
     default:
-      throw nb::type_error(
-          ("linmeta: " + std::string(name) + ": unsupported typestr '" + s + "'").c_str());
+      unsupported("kind must be i, u, f, b or c");
   }
-  dt.bits = static_cast<uint8_t>(bytes * 8);
+  dt.bits = static_cast<uint8_t>(bytes * 8);  // at most 128
   dt.lanes = 1;
   return dt;
+}
+
+/// d[key], or a null object when absent (or None when `none_is_absent`).
+nb::object dict_get(const nb::dict& d, const char* key, bool none_is_absent = true) {
+  PyObject* v = PyDict_GetItemString(d.ptr(), key);  // borrowed; never raises for str keys
+  if (v == nullptr || (none_is_absent && v == Py_None)) return {};
+  return nb::borrow(v);
+}
+
+/// A Python int (or an object with __index__) as int64; TypeError naming `what` for other
+/// objects, linmeta.Error when it does not fit.
+int64_t interface_int(nb::handle v, const std::string& what) {
+  if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
+    raise_type(what + " must be an int, got " + obj_type_name(v));
+  nb::object i = nb::steal(PyNumber_Index(v.ptr()));
+  if (!i.is_valid()) throw nb::python_error();
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (x == -1 && PyErr_Occurred()) throw nb::python_error();
+  if (overflow != 0)
+    raise_error(what + " = " + nb::cast<std::string>(nb::str(i)) + " does not fit in 64 bits");
+  return x;
+}
+
+/// A shape or strides value (a tuple, or a list) as a tuple: its entries cannot change while
+/// they are read (an entry's __index__ may run Python code).
+nb::object interface_sequence(nb::handle v, const std::string& what) {
+  if (PyTuple_Check(v.ptr())) return nb::borrow(v);
+  if (!PyList_Check(v.ptr()))
+    raise_type(what + " must be a tuple of ints, got " + obj_type_name(v));
+  nb::object t = nb::steal(PyList_AsTuple(v.ptr()));
+  if (!t.is_valid()) throw nb::python_error();
+  return t;
 }
 
 cudaStream_t producer_stream(int64_t v) {
@@ -80,65 +144,106 @@ cudaStream_t producer_stream(int64_t v) {
   return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(v));
 }
 
-void cuda_or_raise(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) raise_error(std::string(what) + ": " + cudaGetErrorString(e));
+void cuda_or_raise(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) raise_error(what + ": " + cudaGetErrorString(e));
 }
 
-/// __cuda_array_interface__ v3: work on `consumer` must follow the producer's stream.
-void order_after(int64_t producer, Stream consumer) {
+/// __cuda_array_interface__ v3: work on `consumer` must follow the producer's stream
+/// (`what`: the argument's interface, for errors). The handle itself cannot be checked: a
+/// stream that does not exist is undefined behaviour in the CUDA runtime.
+void order_after(int64_t producer, Stream consumer, const std::string& what) {
   const cudaStream_t p = producer_stream(producer);
   const auto c = reinterpret_cast<cudaStream_t>(consumer);
   if (p == c || (p == cudaStreamLegacy && c == nullptr)) return;
   cudaEvent_t ev = nullptr;
-  cuda_or_raise(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+  cuda_or_raise(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what + ": cudaEventCreate");
   const cudaError_t r1 = cudaEventRecord(ev, p);
   const cudaError_t r2 = r1 == cudaSuccess ? cudaStreamWaitEvent(c, ev, 0) : r1;
   cudaEventDestroy(ev);
-  cuda_or_raise(r2, "ordering a __cuda_array_interface__ producer stream");
+  cuda_or_raise(r2, what + ": ordering the producer stream before the build's");
 }
 
+/// Imports an __array_interface__ / __cuda_array_interface__ dict (numpy's protocol, versions
+/// 2 and 3; CUDA's, versions 0 to 3): every key is type-checked (TypeError) and every value
+/// range-checked (linmeta.Error) before it is used; the view itself is checked by
+/// check_view() as every import's.
 ImportedArray from_interface(nb::handle obj, nb::handle iface, const char* name, bool cuda,
                              Stream consumer) {
-  const char* which = cuda ? "__cuda_array_interface__" : "__array_interface__";
-  if (!nb::isinstance<nb::dict>(iface))
-    throw nb::type_error(
-        ("linmeta: " + std::string(name) + ": " + which + " is not a dict").c_str());
-  nb::dict d = nb::borrow<nb::dict>(iface);
+  const std::string which = std::string(cuda ? "__cuda_array_interface__" : "__array_interface__");
+  const std::string arg = std::string(name) + ": " + which;
+  if (!PyDict_Check(iface.ptr())) raise_type(arg + " must be a dict, got " + obj_type_name(iface));
+  const nb::dict d = nb::borrow<nb::dict>(iface);
   ImportedArray a;
-  a.present = true;
   a.keep = nb::borrow(obj);
-  a.dtype = parse_typestr(nb::cast<std::string>(d["typestr"]), name);
-  nb::tuple shape = nb::cast<nb::tuple>(d["shape"]);
-  a.ndim = static_cast<int32_t>(nb::len(shape));
-  for (int32_t i = 0; i < a.ndim && i < 2; ++i)
-    a.shape[i] = nb::cast<int64_t>(shape[static_cast<size_t>(i)]);
-  if (d.contains("mask") && !d["mask"].is_none())
-    throw nb::type_error(
-        ("linmeta: " + std::string(name) + ": masked arrays are not supported").c_str());
-  nb::object data = d["data"];
-  if (!nb::isinstance<nb::tuple>(data))
-    throw nb::type_error(("linmeta: " + std::string(name) + ": " + which +
-                          " without a (pointer, read_only) data tuple is not supported")
-                             .c_str());
-  const auto ptr = nb::cast<uintptr_t>(nb::cast<nb::tuple>(data)[0]);
-  a.data = reinterpret_cast<const void*>(ptr);
-  const int64_t itemsize = (a.dtype.bits + 7) / 8;
-  const bool has_strides = d.contains("strides") && !d["strides"].is_none();
-  if (has_strides) {
-    nb::tuple st = nb::cast<nb::tuple>(d["strides"]);
-    for (int32_t i = 0; i < a.ndim && i < 2; ++i) {
-      const auto bytes = nb::cast<int64_t>(st[static_cast<size_t>(i)]);
+  if (const nb::object v = dict_get(d, "version", false); v.is_valid())
+    (void)interface_int(v, arg + "['version']");  // any version: the keys below are checked
+  const nb::object typestr = dict_get(d, "typestr", false);
+  if (!typestr.is_valid()) raise_type(arg + " has no 'typestr'");
+  a.dtype = parse_typestr(typestr, name, which.c_str());
+  const int64_t itemsize = a.dtype.bits / 8;  // 1 to 16 (parse_typestr)
+
+  const nb::object shape_obj = dict_get(d, "shape", false);
+  if (!shape_obj.is_valid()) raise_type(arg + " has no 'shape'");
+  const nb::object shape = interface_sequence(shape_obj, arg + "['shape']");
+  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
+  if (ndim > 64) raise_error(arg + " has " + std::to_string(ndim) + " dimensions");
+  a.ndim = static_cast<int32_t>(ndim);
+  for (Py_ssize_t i = 0; i < ndim; ++i) {
+    const std::string what = arg + "['shape'][" + std::to_string(i) + "]";
+    const int64_t extent = interface_int(PyTuple_GET_ITEM(shape.ptr(), i), what);
+    if (extent < 0) raise_error(what + " = " + std::to_string(extent) + " is negative");
+    if (i < 2) a.shape[i] = extent;
+  }
+
+  if (dict_get(d, "mask").is_valid())
+    raise_type(std::string(name) + ": masked arrays are not supported (" + which +
+               "['mask'] is set)");
+
+  const nb::object data = dict_get(d, "data");
+  if (!data.is_valid() || !PyTuple_Check(data.ptr()) || PyTuple_GET_SIZE(data.ptr()) != 2)
+    raise_type(arg + "['data'] must be a (pointer, read_only) tuple, got " +
+               (data.is_valid() ? obj_type_name(data) : std::string("none")) +
+               (data.is_valid() && PyTuple_Check(data.ptr())
+                    ? " of " + std::to_string(PyTuple_GET_SIZE(data.ptr())) + " items"
+                    : std::string()) +
+               " (buffer-object data is not supported)");
+  nb::handle ptr_obj = PyTuple_GET_ITEM(data.ptr(), 0);
+  nb::handle read_only = PyTuple_GET_ITEM(data.ptr(), 1);
+  if (!PyLong_Check(ptr_obj.ptr()) || PyBool_Check(ptr_obj.ptr()))
+    raise_type(arg + "['data'][0] (the pointer) must be an int, got " + obj_type_name(ptr_obj));
+  if (!PyLong_Check(read_only.ptr()))  // bool (or int) read-only flag; inputs are only read
+    raise_type(arg + "['data'][1] (the read-only flag) must be a bool, got " +
+               obj_type_name(read_only));
+  const unsigned long long ptr = PyLong_AsUnsignedLongLong(ptr_obj.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    raise_error(arg + "['data'][0] = " + nb::cast<std::string>(nb::str(ptr_obj)) +
+                " is not a pointer (out of range)");
+  }
+  a.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(ptr));
+
+  if (const nb::object st = dict_get(d, "strides"); st.is_valid()) {
+    const nb::object strides = interface_sequence(st, arg + "['strides']");
+    const Py_ssize_t n = PyTuple_GET_SIZE(strides.ptr());
+    if (n != ndim)
+      raise_error(arg + "['strides'] has " + std::to_string(n) + " entries for " +
+                  std::to_string(ndim) + " dimensions");
+    for (Py_ssize_t i = 0; i < n && i < 2; ++i) {
+      const std::string what = arg + "['strides'][" + std::to_string(i) + "]";
+      const int64_t bytes = interface_int(PyTuple_GET_ITEM(strides.ptr(), i), what);
       if (bytes % itemsize != 0)
-        raise_error(std::string(name) + ": stride of " + std::to_string(bytes) +
-                    " bytes is not a multiple of the element size");
+        raise_error(what + " = " + std::to_string(bytes) +
+                    " bytes is not a multiple of the element size (" + std::to_string(itemsize) +
+                    " bytes)");
       a.strides[i] = bytes / itemsize;
     }
-  } else if (a.ndim == 2) {
+  } else if (a.ndim == 2) {  // C-contiguous
     a.strides[0] = a.shape[1];
     a.strides[1] = 1;
   } else {
     a.strides[0] = 1;
   }
+  a.present = true;
   if (!cuda) {
     a.device_type = kDLCPU;
     return a;
@@ -158,9 +263,74 @@ ImportedArray from_interface(nb::handle obj, nb::handle iface, const char* name,
       cudaGetLastError();
     }
   }
-  if (d.contains("stream") && !d["stream"].is_none())
-    order_after(nb::cast<int64_t>(d["stream"]), consumer);
+  if (const nb::object stream = dict_get(d, "stream"); stream.is_valid())
+    order_after(interface_int(stream, arg + "['stream']"), consumer, arg + "['stream']");
   return a;
+}
+
+/// The most bytes one view may span (256 TiB): more than any host or device memory, and
+/// than the 47- to 49-bit address spaces of x86-64, aarch64 and CUDA's unified addressing.
+constexpr int64_t kMaxSpanBytes = int64_t{1} << 48;
+
+std::string hex(uintptr_t p) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(p));
+  return buf;
+}
+
+/// Checks that an imported view describes memory a reader can address: non-negative extents,
+/// and for a non-empty array of at most two dimensions (nothing reads others: every use
+/// checks the dimensionality) a data pointer past the null page, aligned to its elements,
+/// whose elements' byte offsets (shape, strides and item size, overflow-checked 64-bit
+/// arithmetic) neither wrap around the address space nor span more than kMaxSpanBytes. Raises
+/// linmeta.Error naming `name`. What is at those addresses cannot be checked: the producer vouches
+/// for it.
+void check_view(const ImportedArray& a, const char* name) {
+  if (a.ndim < 0) raise_error(std::string(name) + ": ndim = " + std::to_string(a.ndim));
+  const int32_t nd = a.ndim < 2 ? a.ndim : 2;
+  bool empty = false;
+  for (int32_t i = 0; i < nd; ++i) {
+    if (a.shape[i] < 0)
+      raise_error(std::string(name) + ": shape[" + std::to_string(i) +
+                  "] = " + std::to_string(a.shape[i]) + " is negative");
+    empty = empty || a.shape[i] == 0;
+  }
+  if (empty || a.ndim > 2) return;
+  const auto p = reinterpret_cast<uintptr_t>(a.data);
+  if (p == 0)
+    raise_error(std::string(name) +
+                ": the array has no memory (a null data pointer, e.g. a torch 'meta' tensor)");
+  if (p < 4096)
+    raise_error(std::string(name) + ": data pointer " + hex(p) +
+                " is in the null page (no memory there)");
+  const int64_t bits = int64_t{a.dtype.bits} * int64_t{a.dtype.lanes};
+  const int64_t itemsize = bits > 0 ? (bits + 7) / 8 : 1;
+  if ((itemsize & (itemsize - 1)) == 0 && itemsize <= 16 &&
+      p % static_cast<uintptr_t>(itemsize) != 0)
+    raise_error(std::string(name) + ": data pointer " + hex(p) + " is not aligned to its " +
+                std::to_string(itemsize) + "-byte elements");
+  // Byte offsets of the first and one past the last element, relative to the pointer.
+  int64_t lo = 0;
+  int64_t hi = itemsize;
+  bool ok = true;
+  for (int32_t i = 0; i < nd && ok; ++i) {
+    int64_t span = 0;
+    ok = !__builtin_mul_overflow(a.shape[i] - 1, a.strides[i], &span) &&
+         !__builtin_mul_overflow(span, itemsize, &span) &&
+         !__builtin_add_overflow(span > 0 ? hi : lo, span, span > 0 ? &hi : &lo);
+  }
+  ok = ok && (lo == 0 || static_cast<uint64_t>(-(lo + 1)) < p) &&  // p + lo >= 0 (lo <= 0)
+       static_cast<uint64_t>(hi) <= UINTPTR_MAX - p &&             // p + hi does not wrap
+       hi - lo <= kMaxSpanBytes;
+  if (!ok) {
+    std::string dims;
+    for (int32_t i = 0; i < nd; ++i)
+      dims += (i > 0 ? ", " : "") + std::to_string(a.shape[i]) + " (stride " +
+              std::to_string(a.strides[i]) + ")";
+    raise_error(std::string(name) + ": shape [" + dims + "] of " + std::to_string(itemsize) +
+                "-byte elements at " + hex(p) + " spans more than 2^48 bytes (no memory is that " +
+                "large)");
+  }
 }
 
 /// torch's Tensor type and dtype objects, looked up once torch has been imported
@@ -168,7 +338,7 @@ ImportedArray from_interface(nb::handle obj, nb::handle iface, const char* name,
 struct TorchObjects {
   PyTypeObject* tensor = nullptr;
   nb::object int32, int64, boolean, uint8, int8, int16;
-  nb::object s_dtype, s_shape, s_stride, s_data_ptr, s_get_device;
+  nb::object s_dtype, s_shape, s_stride, s_data_ptr, s_get_device, s_is_cpu, s_is_cuda, s_device;
 };
 
 /// torch's objects once torch_objects() found them (never destroyed: the objects must not be
@@ -197,6 +367,9 @@ TorchObjects* torch_objects_found = nullptr;
   t->s_stride = nb::str("stride");
   t->s_data_ptr = nb::str("data_ptr");
   t->s_get_device = nb::str("get_device");
+  t->s_is_cpu = nb::str("is_cpu");
+  t->s_is_cuda = nb::str("is_cuda");
+  t->s_device = nb::str("device");
   torch_objects_found = t;
   return t;
 }
@@ -216,10 +389,23 @@ nb::object call0_or_null(nb::handle obj, nb::handle name) {
   return nb::steal(r);
 }
 
+/// Whether torch tensor `obj` is on device type `type` ("cpu", "cuda"): its property
+/// `prop` (is_cpu, is_cuda), or where a torch has no such property, tensor.device.type.
+bool torch_on(nb::handle obj, nb::handle prop, const char* type) {
+  nb::object v = nb::steal(PyObject_GetAttr(obj.ptr(), prop.ptr()));
+  if (v.is_valid()) return v.ptr() == Py_True;
+  PyErr_Clear();
+  nb::object dev = nb::steal(PyObject_GetAttrString(obj.ptr(), "device"));
+  nb::object kind = dev.is_valid() ? nb::steal(PyObject_GetAttrString(dev.ptr(), "type")) : dev;
+  if (!kind.is_valid()) throw nb::python_error();
+  return PyUnicode_Check(kind.ptr()) && PyUnicode_CompareWithASCIIString(kind.ptr(), type) == 0;
+}
+
 /// The fast path for plain torch.Tensor inputs: pointer, shape, strides, dtype and device
 /// read from the tensor itself (no DLPack capsule per input). Returns false for anything
-/// else (subclasses, non-strided layouts, other dtypes), which takes the generic path.
-bool import_torch_tensor(nb::handle obj, ImportedArray& a) {
+/// else (subclasses, non-strided layouts, other dtypes), which takes the generic path. A
+/// tensor on a device other than the CPU or CUDA (meta, ...) raises linmeta.Error.
+bool import_torch_tensor(nb::handle obj, ImportedArray& a, const char* name) {
   const TorchObjects* t = torch_objects();
   if (t == nullptr) return false;
   if (Py_TYPE(obj.ptr()) != t->tensor) return false;
@@ -267,6 +453,16 @@ bool import_torch_tensor(nb::handle obj, ImportedArray& a) {
   const auto p = PyLong_AsUnsignedLongLong(ptr.ptr());
   const long long device = PyLong_AsLongLong(dev.ptr());
   if (PyErr_Occurred()) throw nb::python_error();
+  // get_device() is -1 for the CPU but also for devices without an index (meta: no memory at
+  // all), and an index for any indexed device: the device type says which memory it is.
+  if (device < 0 ? !torch_on(obj, t->s_is_cpu, "cpu") : !torch_on(obj, t->s_is_cuda, "cuda")) {
+    nb::object where = nb::steal(PyObject_GetAttr(obj.ptr(), t->s_device.ptr()));
+    if (!where.is_valid()) throw nb::python_error();
+    raise_error(std::string(name) +
+                " must be in host (cpu) or CUDA memory, got a torch tensor on " + "device '" +
+                nb::cast<std::string>(nb::str(where)) + "'" +
+                (device < 0 && p == 0 ? " (no memory)" : ""));
+  }
   a.present = true;
   a.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(p));
   a.dtype = d;
@@ -323,13 +519,19 @@ std::string dtype_name(nb::dlpack::dtype dt) {
       break;
   }
   std::string out = base + std::to_string(dt.bits);
-  if (dt.lanes != 1) out += "x" + std::to_string(dt.lanes);
+  if (dt.lanes != 1) {  // appended: GCC 12's -Wrestrict misfires on "x" + std::string at -O3
+    out += 'x';
+    out += std::to_string(dt.lanes);
+  }
   return out;
 }
 
 void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Stream consumer) {
   if (!obj.is_valid() || obj.is_none()) return;
-  if (import_torch_tensor(obj, a)) return;
+  if (import_torch_tensor(obj, a, name)) {
+    check_view(a, name);
+    return;
+  }
   nb::ndarray<nb::ro> nd;
   bool cast = false;
   try {
@@ -349,6 +551,7 @@ void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Strea
     a.device_type = nd.device_type();
     a.device_id = nd.device_id();
     a.nd = std::move(nd);
+    check_view(a, name);
     return;
   }
   PyErr_Clear();
@@ -356,10 +559,12 @@ void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Strea
   try {
     if (nb::hasattr(obj, "__cuda_array_interface__")) {
       a = from_interface(obj, obj.attr("__cuda_array_interface__"), name, true, consumer);
+      check_view(a, name);
       return;
     }
     if (nb::hasattr(obj, "__array_interface__")) {
       a = from_interface(obj, obj.attr("__array_interface__"), name, false, consumer);
+      check_view(a, name);
       return;
     }
   } catch (nb::python_error& e) {  // e.g. a sparse torch.Tensor: its interfaces raise

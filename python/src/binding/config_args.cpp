@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 
 #include <string>
+#include <string_view>
 
 #include "arrays.hpp"
 #include "linmeta/names.hpp"
@@ -14,11 +15,7 @@ namespace {
 
 void read(nb::handle v, const char* key, int32_t& out) { out = to_int32(v, key); }
 
-void read(nb::handle v, const char* key, bool& out) {
-  if (!PyBool_Check(v.ptr()))
-    throw nb::type_error(("linmeta: " + std::string(key) + " must be True or False").c_str());
-  out = v.ptr() == Py_True;
-}
+void read(nb::handle v, const char* key, bool& out) { out = to_bool(v, key); }
 
 void read(nb::handle v, const char* key, Unsettable<int32_t> out) {
   out.value = v.is_none() ? 0 : to_int32(v, key);
@@ -26,11 +23,11 @@ void read(nb::handle v, const char* key, Unsettable<int32_t> out) {
 
 template <class E>
 void read(nb::handle v, const char* key, E& out) {
-  if (!nb::isinstance<nb::str>(v))
-    throw nb::type_error(("linmeta: " + std::string(key) + " must be one of " +
-                          names::choices(names::table_of<E>()))
-                             .c_str());
-  const std::string s = nb::cast<std::string>(v);
+  if (!PyUnicode_Check(v.ptr()))
+    throw nb::type_error(
+        ("linmeta: " + std::string(key) + " must be one of " + names::choices(names::table_of<E>()))
+            .c_str());
+  const std::string s = to_string(v, key);
   const auto e = names::parse(names::table_of<E>(), s);
   if (!e)
     raise_error(std::string(key) + " = '" + s + "' must be " +
@@ -60,12 +57,8 @@ Config config_from_kwargs(BuilderKind kind, nb::dict& kwargs) {
     if (!kwargs.contains(k)) return;
     nb::object v = kwargs[k];
     PyDict_DelItem(kwargs.ptr(), k.ptr());
-    // None keeps the default, except where None means unset.
-    if (v.is_none()) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(member)>, Unsettable<int32_t>>)
-        read(v, key, member);
-      return;
-    }
+    // None: unset where a field can be (vLLM's None), the default backend; else a TypeError.
+    if (v.is_none() && std::string_view(key) == "prefill_backend") return;
     read(v, key, member);
   });
   return c;
@@ -73,7 +66,8 @@ Config config_from_kwargs(BuilderKind kind, nb::dict& kwargs) {
 
 nb::dict config_dict(const Config& config) {
   nb::dict d;
-  for_each_config_field(config, [&](const char* key, const auto& member) { d[key] = value(member); });
+  for_each_config_field(config,
+                        [&](const char* key, const auto& member) { d[key] = value(member); });
   return d;
 }
 

@@ -57,7 +57,8 @@ nb::object FieldExporter::value(const OutputSpec& spec, const Metadata& m, const
       return in.block_table.is_valid() ? nb::borrow(in.block_table) : nb::none();
     case FieldType::Array: {
       const Array& a = r.array();
-      if (spec.shape != Shape::List) return array(a, m.target == Target::Cuda && !spec.host_memory(), in);
+      if (spec.shape != Shape::List)
+        return array(a, m.target == Target::Cuda && !spec.host_memory(), in);
       if (!a.present) return nb::none();
       nb::list l;  // a new list each time, as vLLM's
       for (int64_t i = 0; i < a.size(); ++i) l.append(nb::int_(a.at(i)));

@@ -81,7 +81,8 @@ void PyMetadata::bind(nb::module_& m) {
   cls.def_prop_ro("group", &PyMetadata::group, "The KV-cache group this metadata was built for.")
       .def_prop_ro("num_reqs", &PyMetadata::num_reqs, "Rows of the step (padding included).")
       .def_prop_ro(
-          "kind", [](const PyMetadata& s) { return std::string(names::builder_kind_name(s.kind())); },
+          "kind",
+          [](const PyMetadata& s) { return std::string(names::builder_kind_name(s.kind())); },
           "The builder kind (gdn, kda, mamba2, mamba1, short_conv, linear).")
       .def_prop_ro(
           "step_id", [](const PyMetadata& s) { return s.metadata().step_id; },

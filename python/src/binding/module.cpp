@@ -40,27 +40,24 @@ int32_t take_int(nb::dict& kw, const char* key, int32_t fallback) {
 std::string take_str(nb::dict& kw, const char* key, const char* fallback) {
   nb::str k(key);
   if (!kw.contains(k)) return fallback;
-  nb::object v = kw[k];
-  if (!nb::isinstance<nb::str>(v))
-    throw nb::type_error(("linmeta: " + std::string(key) + " must be a str").c_str());
+  std::string v = to_string(kw[k], key);
   PyDict_DelItem(kw.ptr(), k.ptr());
-  return nb::cast<std::string>(v);
+  return v;
 }
 
 bool take_bool(nb::dict& kw, const char* key, bool fallback) {
   nb::str k(key);
   if (!kw.contains(k)) return fallback;
-  nb::object v = kw[k];
-  if (!PyBool_Check(v.ptr()))
-    throw nb::type_error(("linmeta: " + std::string(key) + " must be True or False").c_str());
+  const bool v = to_bool(kw[k], key);
   PyDict_DelItem(kw.ptr(), k.ptr());
-  return v.ptr() == Py_True;
+  return v;
 }
 
 /// MetadataBuilder(kind, **kwargs): the Config fields and the BuilderOptions as keywords.
 void init_builder(PyBuilder* self, const std::string& kind_name, nb::kwargs kwargs) {
   const auto kind = names::parse(names::kBuilderKinds, kind_name);
-  if (!kind) raise_error("kind = '" + kind_name + "' must be " + names::choices(names::kBuilderKinds));
+  if (!kind)
+    raise_error("kind = '" + kind_name + "' must be " + names::choices(names::kBuilderKinds));
   nb::dict kw = nb::borrow<nb::dict>(kwargs);
   const Config c = config_from_kwargs(*kind, kw);
   BuilderOptions o;
@@ -125,12 +122,26 @@ nb::list build_groups(nb::pointer_and_handle<PyBuilder> self, const StepArgs& a,
   if (!block_tables.is_valid() || block_tables.is_none() || !PySequence_Check(block_tables.ptr()))
     throw nb::type_error(
         "linmeta: block_tables must be a sequence of block tables, one per KV-cache group");
-  nb::object seq = nb::borrow(block_tables);
-  const size_t G = nb::len(seq);
+  const Py_ssize_t G = PyObject_Length(block_tables.ptr());
+  if (G < 0) {  // its __len__ raised
+    nb::python_error e;
+    nb::raise_from(e, PyExc_TypeError, "linmeta: block_tables: len(block_tables) failed");
+  }
+  // Before any import: a sequence claiming more tables than the builder's groups is refused
+  // without being walked.
+  if (G != b.builder.num_groups())
+    raise_error("block_tables: " + std::to_string(G) +
+                " block tables given, the builder serves num_groups = " +
+                std::to_string(b.builder.num_groups()));
   std::vector<nb::object> objects;
-  for (size_t g = 0; g < G; ++g) {
+  for (Py_ssize_t g = 0; g < G; ++g) {
     const std::string name = "block_tables[" + std::to_string(g) + "]";
-    objects.push_back(seq[g]);
+    nb::object t = nb::steal(PySequence_GetItem(block_tables.ptr(), g));
+    if (!t.is_valid()) {
+      nb::python_error e;
+      nb::raise_from(e, PyExc_TypeError, "linmeta: %s could not be read", name.c_str());
+    }
+    objects.push_back(t);
     p.tables.push_back(import_table(p, objects.back(), name.c_str(), p.step.num_reqs, b.memory()));
   }
   if (!p.tables.empty()) p.step.block_table = p.tables[0];
@@ -169,8 +180,8 @@ void def_build_methods(nb::class_<PyBuilder>& cls) {
                  num_reqs, stream)
 #define LINMETA_STEP_NAMES                                                                  \
   "query_start_loc_cpu"_a.none(), "seq_lens"_a.none(), "seq_lens_cpu_upper_bound"_a.none(), \
-      "num_actual_tokens"_a, "query_start_loc"_a.none() = nb::none(),                       \
-      "is_prefilling"_a.none() = nb::none(),                                                \
+      "num_actual_tokens"_a.none(),                                                         \
+      "query_start_loc"_a.none() = nb::none(), "is_prefilling"_a.none() = nb::none(),       \
       "num_decode_draft_tokens_cpu"_a.none() = nb::none(),                                  \
       "num_accepted_tokens"_a.none() = nb::none(), "num_reqs"_a.none() = nb::none(),        \
       "stream"_a.none() = 0
@@ -216,7 +227,8 @@ NB_MODULE(_linmeta, m) {
   m.attr("FLA_CHUNK_SIZE") = kFlaChunkSize;
   m.attr("CONV_BLOCK") = kConvBlock;
   nb::list kinds;
-  for (const auto& [kind, name] : names::kBuilderKinds) kinds.append(nb::str(name.data(), name.size()));
+  for (const auto& [kind, name] : names::kBuilderKinds)
+    kinds.append(nb::str(name.data(), name.size()));
   m.attr("BUILDER_KINDS") = nb::tuple(kinds);
   m.def(
       "cuda_available",
@@ -255,27 +267,38 @@ NB_MODULE(_linmeta, m) {
   def_build_methods(cls);
   cls.def(
          "update_block_table",
-         [](nb::pointer_and_handle<PyBuilder> self, PyMetadata& metadata, nb::handle block_table,
-            int32_t group, nb::handle stream) {
+         [](nb::pointer_and_handle<PyBuilder> self, nb::handle metadata_obj, nb::handle block_table,
+            nb::handle group_obj, nb::handle stream) {
            PyBuilder& b = *self.p;
+           if (!nb::isinstance<PyMetadata>(metadata_obj))
+             throw nb::type_error(
+                 ("linmeta: metadata must be a linmeta.Metadata of this builder, got " +
+                  nb::cast<std::string>(nb::str(
+                      nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(metadata_obj.ptr()))))))
+                     .c_str());
+           PyMetadata& metadata = nb::cast<PyMetadata&>(metadata_obj);
+           const int32_t group = to_int32(group_obj, "group");
            if (!metadata.builder().is(self.h))
              raise_error("update_block_table takes metadata built by this builder");
            PreparedStep p;
-           p.stream = b.builder.target() == Target::Cuda ? parse_stream(stream) : nullptr;
+           const Stream s = parse_stream(stream);  // type-checked on the host target too
+           p.stream = b.builder.target() == Target::Cuda ? s : nullptr;
            const BlockTable t =
                import_table(p, block_table, "block_table", metadata.num_reqs(), b.memory());
-           const Metadata out = b.builder.update_block_table(metadata.metadata(), t, group, p.stream);
+           const Metadata out =
+               b.builder.update_block_table(metadata.metadata(), t, group, p.stream);
            CallerArrays in = metadata.inputs();
            in.block_table = block_table;
            return make_metadata(out, self.h, b, group, metadata.num_reqs(), in);
          },
-         "metadata"_a, "block_table"_a.none(), "group"_a = 0, "stream"_a.none() = 0,
+         "metadata"_a.none(), "block_table"_a.none(), "group"_a.none() = 0, "stream"_a.none() = 0,
          "Re-gathers the state indices of the last built step from another block table into "
          "group `group`'s buffers; every batch-level field is kept from `metadata`, which must be "
          "of this builder's last build.")
-      .def_prop_ro(
-          "kind",
-          [](const PyBuilder& b) { return std::string(names::builder_kind_name(b.builder.kind())); })
+      .def_prop_ro("kind",
+                   [](const PyBuilder& b) {
+                     return std::string(names::builder_kind_name(b.builder.kind()));
+                   })
       .def_prop_ro(
           "target",
           [](const PyBuilder& b) { return b.builder.target() == Target::Cuda ? "cuda" : "host"; })

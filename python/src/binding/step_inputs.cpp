@@ -1,6 +1,7 @@
 #include "step_inputs.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -8,11 +9,17 @@ namespace linmeta::py {
 
 namespace {
 
+/// `exact`: num_reqs is len(query_start_loc_cpu) - 1 (not given), which the message says.
 void check_length(const ImportedArray& a, const char* name, int64_t need, bool exact,
                   const char* what) {
   if (exact ? a.shape[0] != need : a.shape[0] < need)
     raise_error(std::string(name) + " has " + std::to_string(a.shape[0]) + " entries, expected " +
-                (exact ? "" : "at least ") + what + " = " + std::to_string(need));
+                (exact ? "" : "at least ") + what + " = " + std::to_string(need) +
+                (exact ? " (num_reqs = len(query_start_loc_cpu) - 1)" : ""));
+}
+
+std::string py_type_name(nb::handle v) {
+  return nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(v.ptr())))));
 }
 
 }  // namespace
@@ -57,18 +64,57 @@ Stream parse_stream(nb::handle s) {
 }
 
 int32_t to_int32(nb::handle v, const char* name) {
-  if (!PyLong_Check(v.ptr()) && !PyIndex_Check(v.ptr()))
-    throw nb::type_error(("linmeta: " + std::string(name) + " must be an int").c_str());
-  // An int as is; anything else with __index__ (numpy integers, ...) through int().
-  const long long x =
-      PyLong_Check(v.ptr()) ? PyLong_AsLongLong(v.ptr()) : PyLong_AsLongLong(nb::int_(v).ptr());
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
-    raise_error(std::string(name) + " is out of range");
+  PyObject* i = v.ptr();
+  nb::object index;
+  if (!PyLong_Check(i)) {
+    if (!PyIndex_Check(i))
+      throw nb::type_error(
+          ("linmeta: " + std::string(name) + " must be an int, got " + py_type_name(v)).c_str());
+    // Anything else through __index__ (numpy integers, ...), not int(): int() would also take
+    // one-element arrays.
+    PyObject* r = PyNumber_Index(i);
+    if (r == nullptr) {
+      nb::python_error e;
+      nb::raise_from(e, PyExc_TypeError, "linmeta: %s must be an int, got %s", name,
+                     py_type_name(v).c_str());
+    }
+    index = nb::steal(r);
+    i = r;
   }
-  if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max())
-    raise_error(std::string(name) + " = " + std::to_string(x) + " does not fit in int32");
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(i, &overflow);
+  if (overflow != 0 || x < std::numeric_limits<int32_t>::min() ||
+      x > std::numeric_limits<int32_t>::max())
+    raise_error(std::string(name) + " = " + nb::cast<std::string>(nb::str(i)) +
+                " does not fit in int32");
   return static_cast<int32_t>(x);
+}
+
+bool to_bool(nb::handle v, const char* name) {
+  if (v.ptr() == Py_True) return true;
+  if (v.ptr() == Py_False) return false;
+  // numpy's bool scalars.
+  const char* type = Py_TYPE(v.ptr())->tp_name;
+  if (std::strcmp(type, "numpy.bool_") == 0 || std::strcmp(type, "numpy.bool") == 0) {
+    const int b = PyObject_IsTrue(v.ptr());
+    if (b < 0) throw nb::python_error();
+    return b != 0;
+  }
+  throw nb::type_error(
+      ("linmeta: " + std::string(name) + " must be a bool, got " + py_type_name(v)).c_str());
+}
+
+std::string to_string(nb::handle v, const char* name) {
+  if (!PyUnicode_Check(v.ptr()))
+    throw nb::type_error(
+        ("linmeta: " + std::string(name) + " must be a str, got " + py_type_name(v)).c_str());
+  Py_ssize_t len = 0;
+  const char* c = PyUnicode_AsUTF8AndSize(v.ptr(), &len);
+  if (c == nullptr) {  // lone surrogates
+    nb::python_error e;
+    nb::raise_from(e, PyExc_ValueError, "linmeta: %s is not valid UTF-8 text", name);
+  }
+  return {c, static_cast<size_t>(len)};
 }
 
 BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32_t num_reqs,
@@ -82,6 +128,7 @@ BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32
                 " rows, the step has num_reqs = " + std::to_string(num_reqs));
   if (a.shape[1] > std::numeric_limits<int32_t>::max())
     raise_error(std::string(name) + " is too wide (" + std::to_string(a.shape[1]) + " columns)");
+  if (a.shape[1] < 1) raise_error(std::string(name) + " has no columns (width 0)");
   BlockTable t;
   t.data = static_cast<const int32_t*>(a.data);
   t.width = static_cast<int32_t>(a.shape[1]);
@@ -158,7 +205,8 @@ void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
   const ImportedArray* sl = imp(a.seq_lens, "seq_lens", dev_i32, true);
   check_length(*sl, "seq_lens", n, exact, "num_reqs");
   s.seq_lens = static_cast<const int32_t*>(sl->data);
-  if (const ImportedArray* acc = imp(a.num_accepted_tokens, "num_accepted_tokens", dev_i32, false)) {
+  if (const ImportedArray* acc =
+          imp(a.num_accepted_tokens, "num_accepted_tokens", dev_i32, false)) {
     check_length(*acc, "num_accepted_tokens", n, exact, "num_reqs");
     s.num_accepted_tokens = static_cast<const int32_t*>(acc->data);
   }

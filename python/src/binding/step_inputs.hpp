@@ -5,6 +5,7 @@
 
 #include <nanobind/nanobind.h>
 
+#include <string>
 #include <vector>
 
 #include "arrays.hpp"
@@ -64,6 +65,12 @@ Stream parse_stream(nb::handle s);
 
 /// A Python int as int32 (TypeError for non-ints, linmeta.Error when out of range).
 int32_t to_int32(nb::handle v, const char* name);
+
+/// A Python bool (or numpy.bool_) as bool (TypeError naming `name` for anything else).
+bool to_bool(nb::handle v, const char* name);
+
+/// A Python str as std::string (TypeError naming `name` for anything else).
+std::string to_string(nb::handle v, const char* name);
 
 /// Imports block table `obj` (device memory, 2-D int32, at least num_reqs rows) into `p`.
 BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32_t num_reqs,

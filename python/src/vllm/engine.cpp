@@ -3,8 +3,8 @@
 #include <nanobind/stl/string.h>
 
 #include <array>
-#include <memory>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,9 +31,14 @@ enum Attr : int32_t {
   kBlockTable,
   kAttrs
 };
-constexpr std::array<const char*, kAttrs> kAttrNames = {
-    "query_start_loc_cpu", "seq_lens", "seq_lens_cpu_upper_bound", "query_start_loc",
-    "is_prefilling",       "num_actual_tokens", "num_reqs",        "block_table_tensor"};
+constexpr std::array<const char*, kAttrs> kAttrNames = {"query_start_loc_cpu",
+                                                        "seq_lens",
+                                                        "seq_lens_cpu_upper_bound",
+                                                        "query_start_loc",
+                                                        "is_prefilling",
+                                                        "num_actual_tokens",
+                                                        "num_reqs",
+                                                        "block_table_tensor"};
 
 /// One call's CommonAttentionMetadata inputs plus the counts handed to build().
 struct CallInputs {
@@ -72,7 +77,8 @@ struct CallInputs {
 
   [[nodiscard]] StepArgs args(nb::handle stream) const {
     return make_step_args(attr[kQslCpu], attr[kSeqLens], attr[kUpperBound], attr[kNumActualTokens],
-                          attr[kQsl], attr[kIsPrefilling], drafts, accepted, attr[kNumReqs], stream);
+                          attr[kQsl], attr[kIsPrefilling], drafts, accepted, attr[kNumReqs],
+                          stream);
   }
 };
 
