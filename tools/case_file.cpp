@@ -500,6 +500,38 @@ json config_json(const Config& c) {
   return j;
 }
 
+json step_json(const testing::RandomStep& r, const std::string& name) {
+  auto table = [&r](size_t group) {
+    json t = json::array();
+    for (int32_t i = 0; i < r.num_reqs; ++i) {
+      const auto row = r.tables[group].begin() + static_cast<ptrdiff_t>(i * r.row_stride);
+      t.push_back(std::vector<int32_t>(row, row + r.width));
+    }
+    return t;
+  };
+  json step = {{"query_start_loc", r.qsl},
+               {"seq_lens", r.seq_lens},
+               {"seq_lens_cpu_upper_bound", r.seq_ub},
+               {"is_prefilling", nullptr},
+               {"num_actual_tokens", r.num_actual_tokens},
+               {"block_table", table(0)},
+               {"num_decode_draft_tokens_cpu", r.has_drafts ? json(r.drafts) : json(nullptr)},
+               {"num_accepted_tokens", r.has_accepted ? json(r.accepted) : json(nullptr)}};
+  if (!r.is_prefilling.empty()) {
+    step["is_prefilling"] = json::array();
+    for (const char b : r.is_prefilling) step["is_prefilling"].push_back(b != 0);
+  }
+  if (r.tables.size() > 1) {
+    step["groups"] = json::array();
+    for (size_t g = 0; g < r.tables.size(); ++g) step["groups"].push_back(table(g));
+  }
+  return {{"name", name},
+          {"builder", names::builder_kind_name(r.kind)},
+          {"mode", r.capture ? "capture" : "build"},
+          {"config", config_json(r.config)},
+          {"step", step}};
+}
+
 json to_json(const Metadata& m, BuilderKind kind) {
   const Target t = m.target;
   json j = json::object();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "linmeta/linmeta.hpp"
+#include "random_step.hpp"
 
 namespace linmeta::cases {
 
@@ -78,6 +79,10 @@ Case parse_case(const json& j);
 /// The case-file "config" object of a configuration (parse_case's inverse; case files
 /// carry no max_num_batched_tokens, and chunk_metadata follows the builder).
 json config_json(const Config& config);
+
+/// A step as a case-file line without "expected" (named `name`; config as config_json): what
+/// linmeta-stepgen prints, and linmeta-bench --steps writes for bench/python.
+json step_json(const testing::RandomStep& r, const std::string& name);
 
 /// Runs a case through the public API on `target` and returns each group's metadata as
 /// to_json() gives it. `independent`: one builder per group (as the reference runner does)
