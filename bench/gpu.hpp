@@ -1,11 +1,10 @@
-// CUDA helpers of the bench: device probe, a stream gate, the floor's empty kernel, graph
-// node counts. CUDA calls are checked with the tools' cuda_check (linmeta::Error on failure).
+// The bench's kernels (compiled by nvcc as C++17). Every launch is checked with the tools'
+// cuda_check (linmeta::Error on failure).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <string>
 
 #include "cuda_check.hpp"
 
@@ -13,56 +12,33 @@ namespace linmeta::bench {
 
 using tools::cuda_check;
 
-struct DeviceInfo {
-  bool available = false;
-  std::string reason;  ///< why GPU figures are skipped (when !available)
-  std::string name;
-  int driver_version = 0, runtime_version = 0;  ///< e.g. 13000
-  int cc_major = 0, cc_minor = 0, sm_count = 0, clock_khz = 0;
-  int64_t memory_bytes = 0;
-};
-
-/// Device 0, or why there is none (cudaGetDeviceCount fails or returns 0).
-DeviceInfo probe_device();
-
-/// Holds a stream until release(): a one-thread kernel spins on a flag in mapped pinned
-/// memory, so everything enqueued behind it runs back to back and events around it time the
-/// device work alone, not the host's enqueue rate. It gives up after 1 s (timed_out()).
-class StreamGate {
- public:
-  StreamGate();
-  ~StreamGate();
-  StreamGate(const StreamGate&) = delete;
-  StreamGate& operator=(const StreamGate&) = delete;
-
-  void hold(cudaStream_t stream);
-  void release();
-  /// Whether a hold since the last call ended by timeout (read after a sync); resets it.
-  bool take_timeout();
-
- private:
-  int32_t* host_ = nullptr;  ///< [0] open flag, [1] timed-out flag (mapped)
-  int32_t* dev_ = nullptr;
-};
-
-/// Keeps every SM busy for about `ms` milliseconds (lets the clocks ramp up first).
-void busy_device(cudaStream_t stream, double ms);
-
+/// `blocks` x 128 threads spin until *open != 0 (when `open` is given) or for `ns` nanoseconds
+/// of GPU time; a timeout sets *timed_out (when given). One thread on a flag in mapped pinned
+/// memory is the stream gate; every SM without a flag keeps the device busy.
+void launch_spin(cudaStream_t stream, const int32_t* open, int32_t* timed_out, uint64_t ns,
+                 int blocks);
 /// One launch of an empty kernel (1 block of 1 thread).
 void launch_empty_kernel(cudaStream_t stream);
 
-/// The bench's stand-in for an engine's input-preparation kernel: copies seq_lens and
-/// accepted counts (n_seq / n_acc entries) from `src_*` into the step's device arrays, right before
-/// a build reads them. On sm_90 it lets a dependent launched with PDL start early
-/// (griddepcontrol.launch_dependents); the build's griddepcontrol.wait still orders the reads.
+/// The gather floor (docs/bench.md): one thread per row r, group g and slot s reads seq_lens[r]
+/// and writes entry min((seq_len - 1) / block_size + s, width - 1) of row r of table g to
+/// out[(g * rows + r) * slots + s]: a build's dependent loads seq_lens -> block table -> state
+/// index, and nothing else.
+struct GatherArgs {
+  static constexpr int32_t kMaxGroups = 64;  ///< = linmeta::kMaxNumGroups
+  const int32_t* seq_lens = nullptr;
+  const int32_t* tables[kMaxGroups] = {};
+  int32_t* out = nullptr;
+  int64_t row_stride = 0;
+  int32_t rows = 0, slots = 1, groups = 1, width = 1, block_size = 1;
+};
+void launch_gather(cudaStream_t stream, const GatherArgs& args);
+
+/// An engine's input preparation: copies n_seq seq_lens and n_acc accepted counts from `src_*`
+/// into the step's arrays right before a build reads them; on sm_90 it lets a PDL launch start
+/// early (griddepcontrol.launch_dependents), whose griddepcontrol.wait orders the reads.
 void launch_step_producer(cudaStream_t stream, const int32_t* src_seq_lens, int32_t* seq_lens,
                           const int32_t* src_accepted, int32_t* accepted, int32_t n_seq,
                           int32_t n_acc);
-
-/// Kernel and memcpy nodes of a graph.
-struct GraphNodes {
-  int32_t kernels = 0, memcpys = 0, others = 0;
-};
-GraphNodes count_nodes(cudaGraph_t graph);
 
 }  // namespace linmeta::bench

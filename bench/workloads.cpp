@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <iterator>
-#include <map>
 #include <sstream>
 
 #include "bench.hpp"
@@ -24,7 +23,8 @@ void fill_rows(Workload& w, int32_t k) {
     const int32_t p = r - w.spec_rows - w.decode_rows;  // prefill index
     const int32_t q = spec ? k + 1 : prefill ? w.prefill_len : 1;
     // Decodes spread over many block-table columns; prefills alternate fresh prompts and
-    // continued chunks (4144 % 64 = 48 gives KDA checkpoint tails).
+    // continued chunks (4144 % 64 = 48 gives KDA checkpoint tails, 4144 % 256 = 48 a Mamba2
+    // chunk that finishes the one the computed tokens left open).
     const int32_t computed = !prefill ? 1000 + (r * 613) % 4096 : p % 2 == 0 ? 0 : 4096 + 48;
     d.qsl.push_back(d.qsl.back() + q);
     d.seq_ub.push_back(computed + q);
@@ -72,10 +72,17 @@ gdn/spec-k3/B256/align/G48/fullgraph gdn/spec-k3/B256/align/G4/nograph
 gdn/spec-k3+prefill/B36/align/G1/fullgraph gdn/spec-k3+prefill/B36/align/G4/fullgraph
 gdn/spec-k3+prefill/B36/none/G1/nograph gdn/decode+prefill/B260/none/G1/fullgraph
 gdn/decode+prefill/B260/align/G4/fullgraph gdn/prefill/B4/none/G1/nograph
+gdn/spec-k3/B8/align/G4/fullgraph
 kda/decode/B256/none/G1/fullgraph kda/spec-k3/B256/align/G1/fullgraph
 kda/recoverssm-k3/B256/align/G1/fullgraph kda/recoverssm-k3/B256/align/G4/fullgraph
 kda/recoverssm-k3+prefill/B36/align/G1/fullgraph kda/recoverssm-k3+prefill/B36/none/G1/nograph
-kda/decode+prefill/B260/align/G4/fullgraph)");
+kda/decode+prefill/B260/align/G4/fullgraph
+mamba2/decode/B256/none/G1/fullgraph mamba2/decode/B256/align/G1/fullgraph
+mamba2/spec-k3/B256/align/G1/fullgraph mamba2/prefill4096/B8/none/G1/nograph
+mamba2/prefill4096/B8/align/G1/nograph mamba1/decode/B256/none/G1/fullgraph
+mamba1/prefill4096/B8/none/G1/nograph short_conv/decode/B256/none/G1/fullgraph
+short_conv/prefill4096/B8/none/G1/nograph linear/decode/B256/none/G1/fullgraph
+linear/prefill4096/B8/none/G1/nograph)");
     return std::vector<std::string>(std::istream_iterator<std::string>(in), {});
   }();
   return names;
@@ -99,23 +106,29 @@ Workload make_workload(const std::string& name) {
   if (part.size() != 6 || (part[5] != "fullgraph" && part[5] != "nograph")) throw bad();
   const auto kind = names::parse(names::kBuilderKinds, part[0]);
   const auto mode = names::parse(names::kCacheModes, part[3]);
-  const bool plus_prefill = part[1].ends_with("+prefill");
-  const std::string mix = part[1].substr(0, part[1].size() - (plus_prefill ? 8 : 0));
-  const bool recoverssm = mix.starts_with("recoverssm-k");
-  const int32_t k = mix.starts_with("spec-k")             ? number(mix, "spec-k")
-                    : recoverssm                          ? number(mix, "recoverssm-k")
-                    : mix == "decode" || mix == "prefill" ? 0
-                                                          : throw bad();
+  // The row mix: "<mix>", "<mix>+prefill[L]" or "prefill[L]" (L tokens per prefill, 2048).
+  const size_t plus = part[1].find("+prefill");
+  const std::string mix = part[1].substr(0, plus);
+  const std::string prefill = plus == std::string::npos ? "" : part[1].substr(plus + 1);
+  const bool only_prefill = mix.starts_with("prefill"),
+             recoverssm = mix.starts_with("recoverssm-k");
+  const std::string& pre = only_prefill ? mix : prefill;
+  const int32_t len = pre.size() > 7 ? number(pre, "prefill") : 2048;
+  const int32_t k = mix.starts_with("spec-k")         ? number(mix, "spec-k")
+                    : recoverssm                      ? number(mix, "recoverssm-k")
+                    : mix == "decode" || only_prefill ? 0
+                                                      : throw bad();
   const int32_t rows = number(part[2], "B"), groups = number(part[4], "G");
-  const int32_t prefills = mix == "prefill" ? rows : plus_prefill ? 4 : 0;
-  if (!kind || !mode || k > 9 || (mix == "prefill" && plus_prefill) || groups < 1 || rows < 1 ||
-      rows < prefills || (recoverssm && kind != BuilderKind::Kda))
+  const int32_t prefills = only_prefill ? rows : plus != std::string::npos ? 4 : 0;
+  if (!kind || !mode || k > 9 || (only_prefill && plus != std::string::npos) || groups < 1 ||
+      rows < 1 || rows < prefills || len < 1 || int64_t{prefills} * len > kMaxNumBatchedTokens ||
+      (recoverssm && kind != BuilderKind::Kda))
     throw bad();
   Workload w;
   w.name = name;
   w.prefill_rows = prefills;
-  w.prefill_len = prefills > 0 ? 2048 : 0;
-  (mix == "decode" ? w.decode_rows : w.spec_rows) = mix == "prefill" ? 0 : rows - prefills;
+  w.prefill_len = prefills > 0 ? len : 0;
+  (mix == "decode" ? w.decode_rows : w.spec_rows) = only_prefill ? 0 : rows - prefills;
   testing::RandomStep& d = w.step;
   d.kind = *kind;
   Config& c = d.config;
@@ -127,18 +140,14 @@ Workload make_workload(const std::string& name) {
   c.num_speculative_blocks = recoverssm ? 0 : k;
   c.chunk_metadata = d.kind == BuilderKind::Gdn;
   c.use_recoverssm = recoverssm;
-  c.num_prefill_checkpoint_blocks =
-      d.kind == BuilderKind::Kda && c.mamba_cache_mode == CacheMode::Align ? 1 : 0;
+  const bool checkpoints = d.kind == BuilderKind::Kda || d.kind == BuilderKind::Mamba2;
+  c.num_prefill_checkpoint_blocks = checkpoints && c.mamba_cache_mode == CacheMode::Align ? 1 : 0;
+  // The Mamba family: vLLM 0.34's builders, Mamba2 with 256-token SSD chunks.
+  c.profile = is_gdn_family(d.kind) ? Profile::Seed : Profile::Vllm034;
+  c.chunk_size = d.kind == BuilderKind::Mamba2 ? 256 : 0;
   fill_rows(w, k);
   c.max_num_batched_tokens = std::max(8192, round_up(d.num_actual_tokens, 8192));
   fill_tables(d, groups);
-  // Host time of vLLM's Python builder for the same steps on an H200.
-  static const std::map<std::string, double> vllm_py_us = {
-      {"gdn/decode/B256/none/G1/fullgraph", 132},
-      {"gdn/spec-k3/B256/align/G1/fullgraph", 861},
-      {kHeadline, 1265}};
-  if (const auto it = vllm_py_us.find(name); it != vllm_py_us.end()) w.vllm_py_us = it->second;
-  w.headline = name == kHeadline;
   return w;
 }
 
@@ -157,22 +166,11 @@ std::vector<Workload> case_workloads(const std::string& path) {
     Workload w;
     w.name = std::to_string(line.number) + ":" + c.name;
     testing::RandomStep& d = w.step;
-    d.config = c.config;
-    d.kind = c.kind;
-    d.capture = c.capture;
-    d.num_reqs = c.num_reqs;
-    d.num_actual_tokens = c.num_actual_tokens;
-    d.qsl = c.qsl;
-    d.seq_lens = c.seq_lens;
-    d.seq_ub = c.seq_lens_ub;
-    d.drafts = c.drafts;
-    d.accepted = c.accepted;
-    d.is_prefilling = c.is_prefilling;
-    d.has_drafts = c.has_drafts;
-    d.has_accepted = c.has_accepted;
-    d.width = c.width;
-    d.row_stride = c.width;
-    d.tables = c.tables;
+    d.config = c.config, d.kind = c.kind, d.capture = c.capture, d.num_reqs = c.num_reqs;
+    d.num_actual_tokens = c.num_actual_tokens, d.qsl = c.qsl, d.seq_lens = c.seq_lens;
+    d.seq_ub = c.seq_lens_ub, d.drafts = c.drafts, d.accepted = c.accepted;
+    d.is_prefilling = c.is_prefilling, d.has_drafts = c.has_drafts, d.has_accepted = c.has_accepted;
+    d.width = c.width, d.row_stride = c.width, d.tables = c.tables;
     out.push_back(std::move(w));
   }
   return out;

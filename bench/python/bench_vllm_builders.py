@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""vLLM 0.34's own Mamba-family metadata builders against linmeta's host target, on the same
+steps, in one run (docs/bench.md, "vLLM's builders"): a ratio, not an absolute.
+
+1. runs ``linmeta-bench --target host`` on the workloads, with ``--json`` (linmeta's host time
+   per build, median) and ``--steps`` (each workload's step as a case-file line);
+2. builds every Mamba-family step of that file with vLLM's builder on CPU tensors, as vLLM
+   0.34's model runner calls it (``build(0, common_attn_metadata, **kwargs)``; Mamba2 and
+   ShortConv get ``num_accepted_tokens`` / ``num_decode_draft_tokens_cpu``, Mamba1 and linear
+   attention nothing), and times each call alone: median of at least ``--reps`` calls and
+   ``--min-time`` seconds after ``--warmup`` calls;
+3. prints vLLM's median, linmeta's and vLLM / linmeta, with the target of the prefill-heavy
+   step (>= 100x), and vLLM / (linmeta's plan + pack phases): the host work the cuda target
+   has too (there the element work, the host target's 'enq', is a kernel launch instead).
+   vLLM's counts (prefills, decodes and their tokens) must equal linmeta's.
+
+Needs the vLLM 0.34.0 wheel (e.g. /work/venv-vllm) and a built linmeta-bench; CPU only:
+
+    /work/venv-vllm/bin/python bench/python/bench_vllm_builders.py [--pin-cpu 1] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+PREFILL_HEAVY = "mamba2/prefill4096/B8/none/G1/nograph"
+TARGET_RATIO = 100.0
+WORKLOADS = [
+    PREFILL_HEAVY,
+    "mamba2/prefill4096/B8/align/G1/nograph",
+    "mamba2/decode/B256/none/G1/fullgraph",
+    "mamba2/decode/B256/align/G1/fullgraph",
+    "mamba2/spec-k3/B256/align/G1/fullgraph",
+    "mamba1/decode/B256/none/G1/fullgraph",
+    "mamba1/prefill4096/B8/none/G1/nograph",
+    "short_conv/decode/B256/none/G1/fullgraph",
+    "short_conv/prefill4096/B8/none/G1/nograph",
+    "linear/decode/B256/none/G1/fullgraph",
+    "linear/prefill4096/B8/none/G1/nograph",
+    # linmeta-bench's same-run references of the Mamba family (GDN headline family, same rows).
+    "gdn/spec-k3/B256/align/G4/fullgraph",
+    "gdn/spec-k3/B8/align/G4/fullgraph",
+]
+COUNTS = ("num_prefills", "num_prefill_tokens", "num_decodes", "num_decode_tokens")
+
+
+def run_linmeta(args, workloads: list[str], tmp: str) -> tuple[dict, list[dict], str]:
+    """linmeta-bench's JSON workloads by name, the step lines, and its printed output."""
+    out_json, out_steps = os.path.join(tmp, "linmeta.json"), os.path.join(tmp, "steps.jsonl")
+    cmd = [args.bench, "--target", "host", "--quiet", "--json", out_json, "--steps", out_steps,
+           "--reps", str(args.reps), "--min-time", str(args.min_time)]
+    cmd += ["--pin-cpu", str(args.pin_cpu)] if args.pin_cpu is not None else []
+    for w in workloads:
+        cmd += ["--workload", w]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"bench_vllm_builders: {' '.join(cmd)} failed:\n{done.stdout}{done.stderr}")
+    with open(out_json) as f:
+        figures = {w["name"]: w for w in json.load(f)["workloads"]}
+    with open(out_steps) as f:
+        steps = [json.loads(line) for line in f if line.strip()]
+    return figures, steps, done.stdout
+
+
+def vllm_builders():
+    """vLLM's Mamba-family builder classes by linmeta's builder name (imports vLLM on CPU)."""
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import vllm
+    from vllm.v1.attention.backends.linear_attn import LinearAttentionMetadataBuilder
+    from vllm.v1.attention.backends.mamba1_attn import Mamba1AttentionMetadataBuilder
+    from vllm.v1.attention.backends.mamba2_attn import Mamba2AttentionMetadataBuilder
+    from vllm.v1.attention.backends.short_conv_attn import ShortConvAttentionMetadataBuilder
+
+    if vllm.__version__ != "0.34.0":
+        sys.exit(f"bench_vllm_builders: needs vllm 0.34.0, found {vllm.__version__}")
+    return vllm.__version__, {
+        "mamba2": Mamba2AttentionMetadataBuilder,
+        "mamba1": Mamba1AttentionMetadataBuilder,
+        "short_conv": ShortConvAttentionMetadataBuilder,
+        "linear": LinearAttentionMetadataBuilder,
+    }
+
+
+def make_builder(cls, builder: str, config: dict):
+    """One vLLM builder for a case-file config, as an engine of that configuration makes it
+    (the recipe of tests/vllm/wheel_builders.py, with a MambaSpec and the model's chunk size)."""
+    import torch
+    from vllm.config import (CacheConfig, CompilationConfig, CUDAGraphMode, SchedulerConfig,
+                             SpeculativeConfig, VllmConfig)
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    k, block = int(config["num_spec"]), int(config["block_size"])
+    mode = CUDAGraphMode.FULL_AND_PIECEWISE if config["full_cuda_graph"] else CUDAGraphMode.PIECEWISE
+    capture = config.get("max_cudagraph_capture_size")
+    vc = VllmConfig(
+        compilation_config=CompilationConfig(cudagraph_mode=mode, max_cudagraph_capture_size=capture),
+        speculative_config=(SpeculativeConfig(method="ngram", num_speculative_tokens=k)
+                            if k > 0 else None),
+        scheduler_config=SchedulerConfig(max_num_seqs=int(config["max_num_seqs"]),
+                                         max_model_len=1 << 20, is_encoder_decoder=False),
+        cache_config=CacheConfig(mamba_cache_mode=config["mamba_cache_mode"],
+                                 mamba_block_size=block))
+    # The CPU platform turns graphs off; the builder must see the engine's settings.
+    vc.compilation_config.cudagraph_mode = mode
+    vc.compilation_config.max_cudagraph_capture_size = capture
+    vc.cache_config.hash_block_size = block
+    vc.cache_config.cache_hit_alignment_tokens = block
+    # The one model-config call the builders make (Mamba2: the SSD chunk size; vLLM's default
+    # 2048 for models without one).
+    chunk = int(config.get("chunk_size") or 2048)
+    vc.model_config = types.SimpleNamespace(get_mamba_chunk_size=lambda: chunk)
+    checkpoints = int(config.get("num_prefill_checkpoint_blocks", 0))
+    alignment = config.get("prefill_checkpoint_alignment") or (1 if checkpoints else None)
+    spec = MambaSpec(block_size=block, shapes=((1,),), dtypes=(torch.float32,),
+                     mamba_cache_mode=config["mamba_cache_mode"],
+                     num_speculative_blocks=int(config["num_speculative_blocks"]),
+                     num_prefill_checkpoint_blocks=checkpoints,
+                     prefill_checkpoint_alignment=alignment)
+    return cls(spec, ["model.layers.0.mixer"], vc, torch.device("cpu"))
+
+
+def call_for(builder: str, b, step: dict):
+    """build() of `b` on the step's CommonAttentionMetadata, as vLLM 0.34's runner calls it."""
+    import torch
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    def i32(v):
+        return torch.tensor(v, dtype=torch.int32)
+
+    qsl, seq, upper = step["query_start_loc"], step["seq_lens"], step["seq_lens_cpu_upper_bound"]
+    m = CommonAttentionMetadata(
+        query_start_loc=i32(qsl), query_start_loc_cpu=i32(qsl), seq_lens=i32(seq),
+        num_reqs=len(seq), num_actual_tokens=int(step["num_actual_tokens"]),
+        max_query_len=max(b - a for a, b in zip(qsl, qsl[1:])), max_seq_len=max(upper),
+        block_table_tensor=i32(step["block_table"]),
+        slot_mapping=torch.zeros(int(step["num_actual_tokens"]), dtype=torch.int64), causal=True,
+        is_prefilling=torch.tensor(step["is_prefilling"], dtype=torch.bool),
+        seq_lens_cpu_upper_bound=i32(upper))
+    kwargs = {}
+    if builder in ("mamba2", "short_conv"):  # mamba_hybrid.py: get_extra_attn_kwargs
+        accepted, drafts = step["num_accepted_tokens"], step["num_decode_draft_tokens_cpu"]
+        kwargs = {"num_accepted_tokens": None if accepted is None else i32(accepted),
+                  "num_decode_draft_tokens_cpu": None if drafts is None else i32(drafts)}
+    return lambda: b.build(0, m, **kwargs)
+
+
+def timed(fn, reps: int, min_time: float, warmup: int) -> dict:
+    """Each call timed alone (perf_counter_ns, its own overhead subtracted): median and
+    quartiles in microseconds over at least `reps` calls and `min_time` seconds."""
+    for _ in range(warmup):
+        fn()
+    overhead = statistics.median(-time.perf_counter_ns() + time.perf_counter_ns()
+                                 for _ in range(10000))
+    xs, t_end = [], time.perf_counter() + min_time
+    while len(xs) < reps or (time.perf_counter() < t_end and len(xs) < 100 * reps):
+        t0 = time.perf_counter_ns()
+        fn()
+        xs.append((time.perf_counter_ns() - t0 - overhead) / 1e3)
+    q = statistics.quantiles(xs, n=4)
+    return {"median": statistics.median(xs), "p25": q[0], "p75": q[2], "count": len(xs)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bench", default=os.path.join(REPO, "build/release/bench/linmeta-bench"))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated names")
+    ap.add_argument("--reps", type=int, default=2000, help="linmeta host builds, at least")
+    ap.add_argument("--vllm-reps", type=int, default=300, help="vLLM builds, at least")
+    ap.add_argument("--min-time", type=float, default=0.5, help="seconds per figure, at least")
+    ap.add_argument("--warmup", type=int, default=20, help="untimed vLLM builds first")
+    ap.add_argument("--pin-cpu", type=int, help="pin linmeta-bench's timing thread and this "
+                    "process to CPU N")
+    ap.add_argument("--json", help="write every figure to this file")
+    args = ap.parse_args()
+    if args.pin_cpu is not None:
+        os.sched_setaffinity(0, {args.pin_cpu})
+    with tempfile.TemporaryDirectory() as tmp:
+        linmeta, steps, printed = run_linmeta(args, args.workloads.split(","), tmp)
+    print(printed, end="")
+    version, classes = vllm_builders()
+    import torch
+
+    torch.set_num_threads(1)
+    print(f"\nvLLM {version} builders on CPU tensors (torch {torch.__version__}, 1 thread) against "
+          "linmeta's host target above; microseconds per build, medians of calls timed alone")
+    head = (f"{'workload':<42} {'vLLM med':>9} {'p25':>8} {'p75':>8} {'linmeta':>8} "
+            f"{'vLLM/linmeta':>12} {'plan+pack':>9} {'vLLM/(plan+pack)':>16}")
+    print(head)
+    rows = []
+    for case in steps:
+        name, builder = case["name"], case["builder"]
+        if builder not in classes:
+            continue
+        ours = linmeta[name]
+        b = make_builder(classes[builder], builder, case["config"])
+        build = call_for(builder, b, case["step"])
+        md = build()
+        got = {c: int(getattr(md, c)) for c in COUNTS}
+        want = {c: ours["metadata"][c] for c in COUNTS}
+        if got != want:
+            sys.exit(f"bench_vllm_builders: {name}: vLLM's counts {got} differ from linmeta's {want}")
+        t = timed(build, args.vllm_reps, args.min_time, args.warmup)
+        host = ours["host_us"]
+        lin, phases = host["total"]["median"], host["plan"]["median"] + host["pack"]["median"]
+        rows.append({"workload": name, "vllm_us": t, "linmeta_host_us": host,
+                     "ratio": t["median"] / lin, "ratio_plan_pack": t["median"] / phases})
+        print(f"{name:<42} {t['median']:9.1f} {t['p25']:8.1f} {t['p75']:8.1f} {lin:8.2f} "
+              f"{t['median'] / lin:11.1f}x {phases:9.2f} {t['median'] / phases:15.1f}x")
+    for r in rows:
+        if r["workload"] == PREFILL_HEAVY:
+            ok = "ok" if r["ratio"] >= TARGET_RATIO else "UNDER"
+            print(f"\n{PREFILL_HEAVY}: vLLM / linmeta = {r['ratio']:.1f}x "
+                  f"(target >= {TARGET_RATIO:.0f}x) {ok}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"vllm": version, "torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
