@@ -8,9 +8,11 @@
 # Stages, one summary line each; exit status 1 if any stage fails:
 #   gpu-tests       BUILD/tests/linmeta_gpu_tests (all GPU tests, full random run)
 #   soak            the random cuda-vs-host test with LINMETA_SOAK_STEPS steps per builder
-#                   (default 60000: 1.2e5 steps; G 1-48, capture and eager, PDL on and off)
-#   replay-cuda     BUILD/tools/linmeta-replay check tests/data/public.jsonl --target cuda
-#   replay-cuda-vllm034  the same over tests/data/vllm034.jsonl
+#                   kind (default 20000: 1.2e5 steps over the six kinds; G 1-48, capture and
+#                   eager, PDL on and off)
+#   replay-cuda-F   BUILD/tools/linmeta-replay check tests/data/F.jsonl --target cuda, for
+#                   every case file F of tests/data (seed, vLLM 0.34 GDN/KDA, the Mamba family,
+#                   the files of steps a reference rejects)
 #   engine-loop     BUILD/examples/engine_loop/engine_loop --require-gpu (FULL-graph replay)
 #   memcheck        compute-sanitizer --tool memcheck --leak-check full   } public cases +
 #   racecheck       compute-sanitizer --tool racecheck                    } a reduced random
@@ -20,7 +22,7 @@
 # Environment:
 #   OUT                          logs go to $OUT/gpu-check-*.log (else a temporary folder)
 #   LINMETA_SANITIZER_STEPS      random steps per builder kind under the sanitizers (2000)
-#   LINMETA_SOAK_STEPS           random steps per builder kind of the soak stage (60000)
+#   LINMETA_SOAK_STEPS           random steps per builder kind of the soak stage (20000)
 #   LINMETA_SANITIZER_FILTER     gtest filter of the sanitizer stages
 #   LINMETA_GPU_TEST_ARGS        extra arguments of the gpu-tests stage (e.g. a --gtest_filter)
 #   COMPUTE_SANITIZER            path of compute-sanitizer (else PATH, then /usr/local/cuda)
@@ -37,7 +39,7 @@ mkdir -p "$logdir"
 export LINMETA_TEST_DATA=$PWD/tests/data
 san_steps=${LINMETA_SANITIZER_STEPS:-2000}
 san_filter=${LINMETA_SANITIZER_FILTER:-'Public/*:Kinds/RandomEquivalenceGpu.*:Kinds/AdversarialDeviceInputsGpu.*:Modes/PdlGpu.*'}
-soak_steps=${LINMETA_SOAK_STEPS:-60000}
+soak_steps=${LINMETA_SOAK_STEPS:-20000}
 read -r -a gpu_test_args <<<"${LINMETA_GPU_TEST_ARGS:-}"
 
 sanitizer=${COMPUTE_SANITIZER:-}
@@ -76,7 +78,7 @@ stage() {
   fi
   [[ $verdict == PASS ]] || failed=1
   local line
-  line=$(printf '%-4s %-12s %7ss  rc=%-3s %s  (log: %s)' "$verdict" "$name" \
+  line=$(printf '%-4s %-34s %7ss  rc=%-3s %s  (log: %s)' "$verdict" "$name" \
     "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" "$rc" \
     "${detail:-no summary line}" "$log")
   echo "$line" | tee -a "$summary"
@@ -101,8 +103,9 @@ fi
 if [[ ! -x $replay_bin ]]; then
   missing replay-cuda "$replay_bin not found: build the target linmeta-replay"
 else
-  stage replay-cuda plain "$replay_bin" check tests/data/public.jsonl --target cuda
-  stage replay-cuda-vllm034 plain "$replay_bin" check tests/data/vllm034.jsonl --target cuda
+  for f in tests/data/*.jsonl; do
+    stage "replay-cuda-$(basename "$f" .jsonl)" plain "$replay_bin" check "$f" --target cuda
+  done
 fi
 
 if [[ ! -x $engine_bin ]]; then
