@@ -53,9 +53,13 @@ class GDNAttentionMetadataBuilder(Builder, Base):
         cap = self.compilation_config.max_cudagraph_capture_size
         self.decode_cudagraph_max_bs: int = max_bs if cap is None else min(max_bs, cap)
         # vLLM 0.34's MRV2 sets the aligned state indices of builders that declare them
-        # (hasattr); linmeta gathers the same values from the block table itself.
-        self.supports_update_block_table = torch.device(device).type == "cuda" and (
-            PROFILE == "vllm-0.34" or bool(getattr(vllm_config, "use_v2_model_runner", False)))
+        # (hasattr); linmeta gathers the same values from the block table itself. GDN's own
+        # class only, as vLLM's (not isinstance: KDA's RecoverSSM / checkpoint metadata is
+        # per group, every KDA group builds).
+        self.supports_update_block_table = (
+            type(self) is GDNAttentionMetadataBuilder and torch.device(device).type == "cuda"
+            and (PROFILE == "vllm-0.34"
+                 or bool(getattr(vllm_config, "use_v2_model_runner", False))))
         if self.supports_update_block_table:
             self.mamba_aligned_state_indices: torch.Tensor | None = None
         self._join_engine(device)
