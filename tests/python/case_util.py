@@ -37,7 +37,8 @@ def config_kwargs(case):
     config keys are the constructor's keywords."""
     kw = {k: v for k, v in case["config"].items() if v is not None}
     # vLLM's prefill_checkpoint_alignment = None: no checkpoints.
-    if "prefill_checkpoint_alignment" in case["config"] and kw.get("prefill_checkpoint_alignment") is None:
+    if ("prefill_checkpoint_alignment" in case["config"]
+            and kw.get("prefill_checkpoint_alignment") is None):
         kw["num_prefill_checkpoint_blocks"] = 0
     kw["chunk_metadata"] = case["builder"] == "gdn"
     # Case configs carry no token capacity: any capacity >= the step's tokens.
@@ -114,7 +115,8 @@ def _members_json(members, to_numpy):
     for name, v in members.items():
         name = str(name)
         j[name] = _value_json(v, to_numpy)
-        if v is not None and not isinstance(v, (bool, int, list, dict)) and not hasattr(v, "__dict__"):
+        if v is not None and not isinstance(v, (bool, int, list, dict)) and not hasattr(
+                v, "__dict__"):
             a = to_numpy(v)
             j[name + "__dtype"] = str(a.dtype)
             if a.ndim == 2 and a.shape[0] == 0:
@@ -207,3 +209,86 @@ def assert_matches(case, results, to_numpy):
 def _short(v, limit=300):
     s = repr(v)
     return s if len(s) <= limit else s[:limit] + f"... ({len(s)} chars)"
+
+
+# --------------------------------------------------------------------------------------------
+# vLLM metadata objects (linmeta.vllm's builders) in the vLLM 0.34 Mamba case format
+
+
+def vllm_json(md, to_numpy, skip=()):
+    """A vLLM metadata dataclass as the wheel harness records it (tests/vllm/wheel_mamba.py
+    serialise): every field but `skip`, arrays as nested lists with "<field>__dtype" beside
+    them and "<field>__shape" for empty arrays of 2+ dimensions, 0-d arrays as scalars,
+    nested dataclasses and dicts (nums_dict, keys as strings) as objects."""
+    import dataclasses
+
+    return _vllm_object({f.name: getattr(md, f.name) for f in dataclasses.fields(md)
+                         if f.name not in skip}, to_numpy)
+
+
+def _vllm_object(items, to_numpy):
+    out = {}
+    for name, v in items.items():
+        out[name] = _vllm_value(v, to_numpy)
+        if _is_array(v):
+            a = to_numpy(v)
+            out[name + "__dtype"] = str(a.dtype)
+            if a.size == 0 and a.ndim >= 2:
+                out[name + "__shape"] = list(a.shape)
+    return out
+
+
+def _is_array(v):
+    return hasattr(v, "__dlpack__") or hasattr(v, "__array_interface__")
+
+
+def _vllm_value(v, to_numpy):
+    import dataclasses
+
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if _is_array(v):
+        return to_numpy(v).tolist()
+    if isinstance(v, (list, tuple)):
+        return [_vllm_value(x, to_numpy) for x in v]
+    if isinstance(v, dict):
+        return _vllm_object({str(k): x for k, x in v.items()}, to_numpy)
+    if dataclasses.is_dataclass(v):
+        return _vllm_object({f.name: getattr(v, f.name) for f in dataclasses.fields(v)},
+                            to_numpy)
+    raise TypeError(f"cannot serialise {type(v).__name__}")
+
+
+def strict_mismatches(expected, got, path=""):
+    """Every difference between two JSON values, strictly: the same keys in objects, the same
+    lengths, and the same JSON types (a bool is not an int, an int not a float)."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        out = []
+        for k in expected.keys() | got.keys():
+            if k not in got:
+                out.append((f"{path}{k}", expected[k], "<missing>"))
+            elif k not in expected:
+                out.append((f"{path}{k}", "<not recorded>", got[k]))
+            else:
+                out += strict_mismatches(expected[k], got[k], f"{path}{k}.")
+        return out
+    if isinstance(expected, list) and isinstance(got, list) and len(expected) == len(got):
+        out = []
+        for i, (e, g) in enumerate(zip(expected, got)):
+            out += strict_mismatches(e, g, f"{path.rstrip('.')}[{i}].")
+        return out[:1]  # the first element that differs is enough
+    if type(expected) is not type(got) or expected != got:
+        return [(path.rstrip(".") or "<value>", expected, got)]
+    return []
+
+
+def assert_vllm_matches(case, results, to_numpy, skip=()):
+    """Each group's vLLM metadata object recorded exactly as `case` records it."""
+    exp = expected_groups(case)
+    assert len(results) == len(exp), (case["name"], len(results), len(exp))
+    for g, (e, md) in enumerate(zip(exp, results)):
+        bad = strict_mismatches(e, vllm_json(md, to_numpy, skip))
+        bad.sort(key=lambda b: b[0])
+        assert not bad, f"{case['name']} group {g}: " + "; ".join(
+            f"{k}: expected {_short(v)}, got {_short(w)}" for k, v, w in bad[:4]
+        )

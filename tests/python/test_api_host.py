@@ -285,7 +285,7 @@ def test_block_table_too_few_rows():
 def test_missing_required_argument():
     kw = step()
     del kw["seq_lens"]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="incompatible function arguments"):
         gdn().build(**kw)
     with pytest.raises(linmeta.Error, match="block_table is required"):
         gdn().build(**step(block_table=None))
@@ -313,9 +313,9 @@ def test_config_errors():
         linmeta.GdnMetadataBuilder(array_type="jax")
     with pytest.raises(linmeta.Error, match="max_num_seqs = 0 must be positive"):
         linmeta.GdnMetadataBuilder(max_num_seqs=0)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="positional argument"):
         linmeta.GdnMetadataBuilder(8)  # keyword-only
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="incompatible function arguments"):
         linmeta.MetadataBuilder()
 
 
@@ -329,7 +329,7 @@ def test_stream_argument():
 def test_cuda_target_without_device():
     if linmeta.cuda_available():
         pytest.skip("a CUDA device is present")
-    with pytest.raises(linmeta.Error):
+    with pytest.raises(linmeta.Error, match="(?i)cuda"):
         linmeta.GdnMetadataBuilder(target="cuda")
 
 

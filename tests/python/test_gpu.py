@@ -1,6 +1,6 @@
-"""The cuda target with torch tensors: every public case, zero-copy outputs on the
-device, streams, __cuda_array_interface__ producers, CUDA-graph capture.
-Skipped when torch or a CUDA device is unavailable."""
+"""The cuda target with torch tensors: every case of tests/data (every builder kind),
+zero-copy outputs on the device, streams, __cuda_array_interface__ producers, CUDA-graph
+capture. Skipped when torch or a CUDA device is unavailable."""
 
 import gc
 
@@ -18,7 +18,10 @@ pytestmark = [
     ),
 ]
 
-CASES = cu.load_cases()
+CASES = cu.all_cases()
+ERRORS = cu.error_cases()
+# The case runs take torch outputs: torch < 2.0 (Debian's 1.13) has no bool DLPack import.
+CUDA = dict(target="cuda", array_type="torch")
 
 
 def host(v):
@@ -48,19 +51,32 @@ def sync_to_numpy(a):
 
 
 @pytest.mark.parametrize("case", CASES, ids=cu.case_id)
-def test_public_case_cuda(case):
-    results, _ = cu.run_case(case, host, device, host_bool, table, target="cuda")
-    cu.assert_matches(case, results, case["builder"], sync_to_numpy)
+def test_case_cuda(case):
+    results, _ = cu.run_case(case, host, device, host_bool, table, **CUDA)
+    cu.assert_matches(case, results, sync_to_numpy)
 
 
-@pytest.mark.parametrize("case", CASES[:20], ids=cu.case_id)
-def test_public_case_cuda_pdl(case):
+@pytest.mark.parametrize("case", ERRORS, ids=cu.case_id)
+def test_error_case_cuda(case):
+    """Steps the reference rejects raise linmeta.Error on the cuda target too (before any
+    launch); on a reference bug linmeta answers (the host test checks the answer)."""
+    if case["error"]["type"] in ("ValueError", "TypeError", "AssertionError"):
+        with pytest.raises(linmeta.Error, match=r"\S"):
+            cu.run_case(case, host, device, host_bool, table, **CUDA)
+    else:
+        results, _ = cu.run_case(case, host, device, host_bool, table, **CUDA)
+        torch.cuda.synchronize()
+        assert results and all(md.num_spec_decodes == 0 for md in results)
+
+
+@pytest.mark.parametrize("case", CASES[::10], ids=cu.case_id)
+def test_case_cuda_pdl(case):
     """programmatic_dependent_launch=True gives the same outputs (the kernel waits on the
     grid dependency before reading the step's device inputs)."""
     results, _ = cu.run_case(
-        case, host, device, host_bool, table, target="cuda", programmatic_dependent_launch=True
+        case, host, device, host_bool, table, programmatic_dependent_launch=True, **CUDA
     )
-    cu.assert_matches(case, results, case["builder"], sync_to_numpy)
+    cu.assert_matches(case, results, sync_to_numpy)
 
 
 MULTI = [c for c in CASES if "groups" in c["step"]]
@@ -68,24 +84,27 @@ MULTI = [c for c in CASES if "groups" in c["step"]]
 
 @pytest.mark.parametrize("case", MULTI, ids=cu.case_id)
 def test_multi_group_cuda_equals_independent(case):
-    together, _ = cu.run_case(case, host, device, host_bool, table, target="cuda")
-    apart, _ = cu.run_case(case, host, device, host_bool, table, target="cuda", independent=True)
+    together, _ = cu.run_case(case, host, device, host_bool, table, **CUDA)
+    apart, _ = cu.run_case(case, host, device, host_bool, table, independent=True, **CUDA)
     torch.cuda.synchronize()
     for a, b in zip(together, apart):
         assert cu.to_json(a, case["builder"], to_numpy) == cu.to_json(b, case["builder"], to_numpy)
-    cu.assert_matches(case, together, case["builder"], to_numpy)
+    # Each group wrote its own buffers: group 0's views were not overwritten by later groups.
+    cu.assert_matches(case, together, to_numpy)
 
 
 @pytest.mark.parametrize("case", MULTI, ids=cu.case_id)
 def test_update_block_table_cuda(case):
+    """update_block_table(md, table g) on torch's current stream == group g's expected."""
     tabs = [table(t) for t in cu.tables(case)]
-    b = cu.builder_class(case)(**cu.config_kwargs(case), target="cuda")
+    b = linmeta.MetadataBuilder(case["builder"], **cu.config_kwargs(case), **CUDA)
     kw = cu.step_kwargs(case, host, device, host_bool)
     fn = b.build_for_cudagraph_capture if case.get("mode") == "capture" else b.build
-    md0 = fn(block_table=tabs[0], **kw)
+    md0 = fn(block_table=tabs[0], stream=torch.cuda.current_stream(), **kw)
     exp = cu.expected_groups(case)
     for g in range(1, len(tabs)):
         md = b.update_block_table(md0, tabs[g], stream=torch.cuda.current_stream())
+        assert md.group == 0
         torch.cuda.synchronize()
         bad = cu.mismatches(exp[g], cu.to_json(md, case["builder"], to_numpy))
         assert not bad, bad

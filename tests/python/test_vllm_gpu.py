@@ -1,6 +1,7 @@
 """linmeta.vllm on CUDA tensors against the seed builders run live on the same GPU, plus a
 CUDA graph that reads the FULL-graph outputs across builds. Skips without a CUDA device
-(CI); run on the GPU machine (docs/vllm.md)."""
+(CI); run on the GPU machine (docs/vllm.md). Random steps: a fixed seed (LINMETA_TEST_SEED
+overrides it, printed on failure), LINMETA_VLLM_GPU_RANDOM_STEPS of them."""
 
 import json
 import os
@@ -24,18 +25,20 @@ SEEDS, RUNNER, LV = u.load()
 CASES = u.load_cases()
 DEV = "cuda"
 RANDOM_STEPS = int(os.environ.get("LINMETA_VLLM_GPU_RANDOM_STEPS", "1000"))
-RUN_SEED = int(os.environ.get("LINMETA_TEST_SEED", random.SystemRandom().randrange(1 << 30)))
+RUN_SEED = u.test_seed()
 CACHE_ONLY_FIELD = "spec_sequence_masks_cpu"
 
 
-def check(case, max_num_batched_tokens=None):
-    ours, ref, err, _ = u.run_case(SEEDS, RUNNER, LV, case, DEV, max_num_batched_tokens)
+def check(case, max_num_batched_tokens=None, counts_dtype=torch.int32):
+    ours, ref, err, _ = u.run_case(SEEDS, RUNNER, LV, case, DEV, max_num_batched_tokens,
+                                   counts_dtype)
     torch.cuda.synchronize()
     if err is not None:
         return [f"seed raised {err!r}"]
     out = []
     for g, (o, r) in enumerate(zip(ours, ref)):
-        if g > 0 and getattr(r, CACHE_ONLY_FIELD, None) is None and getattr(o, CACHE_ONLY_FIELD) is not None:
+        if g > 0 and getattr(r, CACHE_ONLY_FIELD, None) is None and getattr(
+                o, CACHE_ONLY_FIELD) is not None:
             out += [f"group {g}: {d}" for d in u.diff(o, r, skip=(CACHE_ONLY_FIELD,))]
             alone = u.independent_reference(SEEDS, RUNNER, case, g, DEV)
             out += [f"group {g} (vs alone): {d}" for d in u.diff(o, alone)]
@@ -51,16 +54,20 @@ def test_public_case_cuda(case):
 
 @pytest.mark.parametrize("prefetch", [False, True])
 def test_random_steps_cuda(prefetch, monkeypatch):
-    monkeypatch.setattr(LV, "_PREFETCH_TABLES", prefetch)
-    rng = random.Random(RUN_SEED + prefetch)
+    """Every fourth step hands build() int64 counts."""
+    monkeypatch.setattr(LV._common, "PREFETCH_TABLES", prefetch)
+    seed = RUN_SEED + prefetch
+    rng = random.Random(seed)
     failures = []
     for i in range(RANDOM_STEPS):
         case = u.random_case(rng, "gdn" if i % 2 == 0 else "kda")
-        d = check(case, case["config"]["max_num_batched_tokens"])
+        dtype = torch.int64 if i % 4 == 3 else torch.int32
+        d = check(case, case["config"]["max_num_batched_tokens"], dtype)
         if d and not (len(d) == 1 and "UnboundLocalError" in d[0]):
             failures.append((i, case, d))
-    msg = "\n".join(f"step {i}: {d[:3]}\n  case: {json.dumps(c)[:2000]}" for i, c, d in failures[:3])
-    assert not failures, f"{len(failures)} differ (LINMETA_TEST_SEED={RUN_SEED}):\n{msg}"
+    msg = "\n".join(f"step {i}: {d[:3]}\n  case: {json.dumps(c)[:2000]}"
+                    for i, c, d in failures[:3])
+    assert not failures, f"{len(failures)} differ (LINMETA_TEST_SEED={seed}):\n{msg}"
 
 
 FULL_FIELDS = (
@@ -78,7 +85,8 @@ def test_cuda_graph_reads_full_graph_outputs_across_builds(groups):
     later build of the same shape (the batch a graph is captured for: same rows and draft
     counts; new tables, sequence lengths and accepted counts) it sees that build's values —
     the seed's for the same step."""
-    rng = random.Random(7)
+    seed = RUN_SEED + 7
+    rng = random.Random(seed)
     k, rows = 3, 24
     config = {
         "num_spec": k, "max_num_seqs": 32, "full_cuda_graph": True,
@@ -132,48 +140,67 @@ def test_cuda_graph_reads_full_graph_outputs_across_builds(groups):
         torch.cuda.synchronize()
         for g in range(groups):
             for f in FULL_FIELDS:
-                assert getattr(got[g], f).data_ptr() == getattr(mds[g], f).data_ptr(), f
-                assert torch.equal(static[g][f].cpu(), getattr(want[g], f).cpu()), (g, f)
+                where = f"LINMETA_TEST_SEED={seed} group {g} {f}"
+                assert getattr(got[g], f).data_ptr() == getattr(mds[g], f).data_ptr(), where
+                assert torch.equal(static[g][f].cpu(), getattr(want[g], f).cpu()), where
 
 
-def test_update_block_table_cuda():
-    """MRV2's path on CUDA (the C++ update_block_table, re-gathering on torch's current
-    stream): equal to the Python path and to the seed's update_block_table."""
-    rng = random.Random(RUN_SEED + 5)
+@pytest.mark.parametrize("profile", [None, "vllm-0.34"])
+def test_update_block_table_cuda(monkeypatch, profile):
+    """MRV2's path on CUDA (re-gathering on torch's current stream): equal to the group
+    built alone by a native builder and, in the seed profile, to the seed's
+    update_block_table. GDN builders on CUDA opt in (vLLM 0.34; the seed under MRV2)."""
+    u.set_profile(monkeypatch, LV, profile)
+    seed = RUN_SEED + 5
+    rng = random.Random(seed)
     compared = 0
-    for case, g, got, want, seed in u.update_block_table_steps(
-        SEEDS, RUNNER, LV, rng, max(RANDOM_STEPS // 20, 12), DEV
+    for case, g, got, alone, ref in u.update_block_table_steps(
+        SEEDS, RUNNER, LV, rng, max(RANDOM_STEPS // 20, 12), DEV, profile
     ):
         torch.cuda.synchronize()
-        assert u.diff(got, want) == [], (case, g)
-        if seed is not None:
-            assert u.diff(got, seed) == [], (case, g)
+        where = f"LINMETA_TEST_SEED={seed} group {g} case {json.dumps(case)[:1500]}"
+        assert u.diff_native(got, alone) == [], where
+        if ref is not None:
+            assert u.diff(got, ref) == [], where
             compared += 1
-    assert compared > 5, compared
+    assert profile is not None or compared > 5, compared
+    config = next(c["config"] for c in CASES
+                  if c["builder"] == "gdn" and c["config"]["mamba_cache_mode"] == "none")
+    spec, names, vc = u.vllm_objects(RUNNER, config, 1)[0]
+    vc.use_v2_model_runner = True
+    gdn = LV.GDNAttentionMetadataBuilder(spec, names, vc, torch.device(DEV))
+    kda = LV.KimiK3KDAMetadataBuilder(spec, names, vc, torch.device(DEV))
+    assert gdn.supports_update_block_table is True
+    assert kda.supports_update_block_table is False
 
 
 @pytest.mark.parametrize("index", [False, True], ids=["cuda", "cuda:N"])
-def test_builds_run_on_torchs_current_stream_read_in_cpp(index, monkeypatch):
-    """build() launches on torch's current stream of the builder's device, read in C++ (no
-    Python stream function) for torch.device("cuda") and for an indexed device alike."""
+def test_builds_run_on_torchs_current_stream(index):
+    """build() launches on torch's current stream of the builder's device (read by the engine
+    at every launch), for torch.device("cuda") and for an indexed device alike: a table
+    written on a side stream behind a long sleep is the one the build (queued behind it on
+    the same stream) reads; a build on any other stream would read the old table."""
     dev = f"cuda:{torch.cuda.current_device()}" if index else DEV
     case = next(c for c in CASES if c["builder"] == "gdn" and c["mode"] != "capture"
-                and len(c["step"].get("groups", [])) == 4)
+                and len(c["step"].get("groups", [])) == 4
+                and c["config"]["mamba_cache_mode"] != "align")
     _, want, err, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case, dev)
     assert err is None
-    engine = builders[0]._engine
-    reads = []
-    real = engine.current_stream
-    monkeypatch.setattr(engine, "current_stream", lambda: reads.append(1) or real())
-    for b in builders:
-        b._install_fast_build()  # the state holds the stream function: take the counted one
     acc, drafts = u.step_counts(case["step"], dev)
-    side = torch.cuda.Stream()
+    new_tables = [m.block_table_tensor + 1000 for m in ms]
     torch.cuda.synchronize()
+    side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        torch.cuda._sleep(50_000_000)  # the build's copies queue behind this on `side`
+        torch.cuda._sleep(50_000_000)  # what follows on `side` waits for this
+        for m, t in zip(ms, new_tables):
+            m.block_table_tensor.copy_(t)
         got = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
-    assert reads == []
     side.synchronize()
-    for g, (o, r) in enumerate(zip(got, want)):  # the seed's later groups: from its cache
-        assert u.diff(o, r, skip=(CACHE_ONLY_FIELD,) if g > 0 else ()) == [], g
+    stats = builders[0]._engine.native.stats
+    assert stats["plans"] == 2 and stats["served"] == 6
+    RUNNER.clear_step_cache(SEEDS)
+    refs = [SEEDS.gdn.GDNAttentionMetadataBuilder(*o, torch.device(dev))
+            for o in u.vllm_objects(RUNNER, case["config"], len(ms))]
+    for g, (o, r, m) in enumerate(zip(got, refs, ms)):
+        RUNNER.clear_step_cache(SEEDS)  # each group's reference on its own
+        assert u.diff(o, r.build(0, m, acc, drafts)) == [], g

@@ -1,18 +1,20 @@
 """Differential testing of linmeta.vllm against the seed builders, run live.
 
 The seed builders (../shared/seeds) run through ../shared/oracle: a stand-in ``vllm``
-package plus a loader. Loading them puts that stand-in first on sys.path, so linmeta.vllm
-(imported afterwards) subclasses the stand-in's AttentionMetadataBuilder and returns the
-seed modules' own dataclasses, as it would return vLLM's in an engine.
+package plus a loader. Loading them puts that stand-in first on sys.path; linmeta.vllm is
+then (re)imported over it, so that it subclasses the stand-in's AttentionMetadataBuilder and
+returns the seed modules' own dataclasses, as it would return vLLM's in an engine.
 
-Also here: a seeded random step generator with the distribution of tests/random_step.hpp,
-and an object-to-object comparison (values, dtypes, shapes, devices, None-ness, dataclass
-types, dict structure).
+Also here: the random-test seed (fixed, LINMETA_TEST_SEED overrides it), a seeded random step
+generator with the distribution of tools/common/random_step.hpp, an object-to-object
+comparison (values, dtypes, shapes, devices, None-ness, dataclass types, dict structure) and
+helpers that switch linmeta.vllm's rules profile or import it afresh.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import random
@@ -28,15 +30,45 @@ ORACLE_DIR = os.environ.get(
 PUBLIC_CASES = os.path.join(REPO, "tests", "data", "public.jsonl")
 SEED_ERRORS = os.path.normpath(os.path.join(ORACLE_DIR, "..", "cases", "seed_errors.jsonl"))
 
+#: The random tests' seed unless LINMETA_TEST_SEED is set (tests print it on failure).
+DEFAULT_TEST_SEED = 20261204
+
 _SEEDS = None
+
+
+def test_seed(default: int = DEFAULT_TEST_SEED) -> int:
+    """The seed of the random tests: LINMETA_TEST_SEED, else `default` (never a random one)."""
+    return int(os.environ.get("LINMETA_TEST_SEED", default))
 
 
 def oracle_available() -> bool:
     return os.path.isfile(os.path.join(ORACLE_DIR, "seedload.py"))
 
 
+def _vllm_modules() -> dict:
+    return {k: v for k, v in sys.modules.items() if k == "linmeta.vllm"
+            or k.startswith("linmeta.vllm.")}
+
+
+def reimport_linmeta_vllm(monkeypatch=None):
+    """linmeta.vllm imported afresh (its package and submodules executed again over whatever
+    `vllm` is importable now). With `monkeypatch`, the modules it replaces are put back when
+    the test ends; without, the fresh ones stay."""
+    import linmeta
+
+    for name in _vllm_modules():
+        if monkeypatch is not None:
+            monkeypatch.delitem(sys.modules, name)
+        else:
+            del sys.modules[name]
+    if monkeypatch is not None and hasattr(linmeta, "vllm"):
+        monkeypatch.setattr(linmeta, "vllm", linmeta.vllm)
+    return importlib.import_module("linmeta.vllm")
+
+
 def load():
-    """(seeds, runner, linmeta.vllm), loading the seeds first (once)."""
+    """(seeds, runner, linmeta.vllm), loading the seeds first (once). A linmeta.vllm imported
+    before the stand-in vllm (by another test module) is imported again over it."""
     global _SEEDS
     if ORACLE_DIR not in sys.path:
         sys.path.insert(0, ORACLE_DIR)
@@ -51,7 +83,16 @@ def load():
         _SEEDS.kda._mamba_get_block_table_tensor = _aligned_state_indices
     import linmeta.vllm as lv
 
+    if lv._common.Base is not sys.modules["vllm.v1.attention.backend"].AttentionMetadataBuilder:
+        lv = reimport_linmeta_vllm()
     return _SEEDS, runner, lv
+
+
+def set_profile(monkeypatch, lv, profile):
+    """Runs the rest of the test under rules profile `profile` (None: the seed rules), as
+    LINMETA_VLLM_PROFILE would set it at import: every module of linmeta.vllm that reads it."""
+    for mod in (lv, lv._common, lv.gdn, lv.mamba):
+        monkeypatch.setattr(mod, "PROFILE", profile)
 
 
 def _aligned_state_indices(block_table, seq_lens, kv_cache_spec, mamba_cache_mode):
@@ -108,8 +149,9 @@ def diff(ours, ref, path="md", skip=()):
             out += diff(a, b, f"{path}[{i}]", skip)
         return out
     if isinstance(ref, dict):
-        if list(ours.keys()) != list(ref.keys()):
-            out.append(f"{path}: keys {list(ours.keys())} vs reference {list(ref.keys())}")
+        if not isinstance(ours, dict) or list(ours.keys()) != list(ref.keys()):
+            keys = list(ours.keys()) if isinstance(ours, dict) else type(ours).__name__
+            out.append(f"{path}: keys {keys} vs reference {list(ref.keys())}")
             return out
         for k in ref:
             out += diff(ours[k], ref[k], f"{path}[{k!r}]", skip)
@@ -136,6 +178,24 @@ def diff(ours, ref, path="md", skip=()):
             elif w != v:
                 out.append(f"{path}.{k}: {w!r} vs reference {v!r}")
     return out
+
+
+def diff_native(ours, native, path="md"):
+    """Differences between linmeta.vllm's metadata object and a linmeta.Metadata built
+    directly (composites there are dicts: compared member by member)."""
+    out = []
+    for f in dataclasses.fields(ours):
+        if not hasattr(native, f.name):
+            continue  # not linmeta's (recoverssm_context)
+        mine, theirs = getattr(ours, f.name), getattr(native, f.name)
+        if dataclasses.is_dataclass(mine):
+            mine = _members(mine)
+        out += diff(mine, theirs, f"{path}.{f.name}")
+    return out
+
+
+def _members(obj):
+    return {k: _members(v) if dataclasses.is_dataclass(v) else v for k, v in vars(obj).items()}
 
 
 # --------------------------------------------------------------------------------- running
@@ -170,54 +230,67 @@ def common_metadata(runner, step, table, device="cpu"):
     )
 
 
-def step_counts(step, device="cpu"):
-    """The step's (num_accepted_tokens on `device`, num_decode_draft_tokens_cpu), int32
-    tensors or None, as vLLM's runner passes them to build()."""
-    accepted = (
-        None if step["num_accepted_tokens"] is None else _i32(step["num_accepted_tokens"], device)
+def step_counts(step, device="cpu", dtype=torch.int32):
+    """The step's (num_accepted_tokens on `device`, num_decode_draft_tokens_cpu), tensors of
+    `dtype` (vLLM 0.34: int32; versions before it kept int64) or None, as vLLM's runner
+    passes them to build()."""
+    accepted, drafts = step["num_accepted_tokens"], step["num_decode_draft_tokens_cpu"]
+    return (
+        None if accepted is None else torch.tensor(accepted, dtype=dtype, device=device),
+        None if drafts is None else torch.tensor(drafts, dtype=dtype),
     )
-    drafts = (
-        None
-        if step["num_decode_draft_tokens_cpu"] is None
-        else _i32(step["num_decode_draft_tokens_cpu"])
-    )
-    return accepted, drafts
 
 
-def run_case(seeds, runner, lv, case, device="cpu", max_num_batched_tokens=None):
-    """Runs a case through the seed builders and through linmeta.vllm, each called the way
-    vLLM's runner calls them (one builder per KV-cache group, the same step tensors).
-    Returns (ours, reference, reference_error); reference_error is the exception the seed
-    raised (then reference is None)."""
-    step, config, kind, mode = case["step"], case["config"], case["builder"], case["mode"]
+def classes(seeds, lv, kind):
+    """(the seed's builder class, linmeta.vllm's) of builder kind `kind`."""
+    return {
+        "gdn": (seeds.gdn.GDNAttentionMetadataBuilder, lv.GDNAttentionMetadataBuilder),
+        "kda": (seeds.kda.KimiK3KDAMetadataBuilder, lv.KimiK3KDAMetadataBuilder),
+    }[kind]
+
+
+def call(b, mode, m, accepted, drafts):
+    """One build as vLLM's runner calls it."""
+    if mode == "capture":
+        return b.build_for_cudagraph_capture(m)
+    return b.build(0, m, num_accepted_tokens=accepted, num_decode_draft_tokens_cpu=drafts)
+
+
+def group_metadata(runner, case, device="cpu", counts_dtype=torch.int32):
+    """One CommonAttentionMetadata per group of `case` (the same step tensors, each group's
+    table), and the step's counts."""
+    step = case["step"]
     tables = step.get("groups") or [step["block_table"]]
-    objs = vllm_objects(runner, config, len(tables), max_num_batched_tokens)
-    dev = torch.device(device)
     base = common_metadata(runner, step, tables[0], device)
     ms = [base] + [base.replace(block_table_tensor=_i32(t, device)) for t in tables[1:]]
-    accepted, drafts = step_counts(step, device)
-    ref_cls = {
-        "gdn": seeds.gdn.GDNAttentionMetadataBuilder,
-        "kda": seeds.kda.KimiK3KDAMetadataBuilder,
-    }[kind]
-    our_cls = {"gdn": lv.GDNAttentionMetadataBuilder, "kda": lv.KimiK3KDAMetadataBuilder}[kind]
+    return ms, step_counts(step, device, counts_dtype)
 
-    def call(b, m):
-        if mode == "capture":
-            return b.build_for_cudagraph_capture(m)
-        return b.build(0, m, num_accepted_tokens=accepted, num_decode_draft_tokens_cpu=drafts)
+
+def run_case(seeds, runner, lv, case, device="cpu", max_num_batched_tokens=None,
+             counts_dtype=torch.int32):
+    """Runs a case through the seed builders and through linmeta.vllm, each called the way
+    vLLM's runner calls them (one builder per KV-cache group, every builder made before the
+    first build, the same step tensors; accepted / draft counts of `counts_dtype`). Returns
+    (ours, reference, reference_error, (our builders, the seed's, the per-group
+    CommonAttentionMetadata)); reference_error is the exception the seed raised (then
+    reference is None)."""
+    kind, mode = case["builder"], case["mode"]
+    ms, (accepted, drafts) = group_metadata(runner, case, device, counts_dtype)
+    objs = vllm_objects(runner, case["config"], len(ms), max_num_batched_tokens)
+    dev = torch.device(device)
+    ref_cls, our_cls = classes(seeds, lv, kind)
 
     runner.clear_step_cache(seeds)
     ref, ref_error = [], None
     refs = [ref_cls(spec, names, vc, dev) for spec, names, vc in objs]
     try:
         for b, m in zip(refs, ms):
-            ref.append(call(b, m))
+            ref.append(call(b, mode, m, accepted, drafts))
     except Exception as e:  # noqa: BLE001 - a seed bug on a valid step
         ref, ref_error = None, e
     runner.clear_step_cache(seeds)
     ours_b = [our_cls(spec, names, vc, dev) for spec, names, vc in objs]
-    ours = [call(b, m) for b, m in zip(ours_b, ms)]
+    ours = [call(b, mode, m, accepted, drafts) for b, m in zip(ours_b, ms)]
     return ours, ref, ref_error, (ours_b, refs, ms)
 
 
@@ -228,38 +301,48 @@ def independent_reference(seeds, runner, case, group, device="cpu"):
     (spec, names, vc) = vllm_objects(runner, config, group + 1)[group]
     m = common_metadata(runner, step, tables[group], device)
     accepted, drafts = step_counts(step, device)
-    cls = {
-        "gdn": seeds.gdn.GDNAttentionMetadataBuilder,
-        "kda": seeds.kda.KimiK3KDAMetadataBuilder,
-    }[kind]
     runner.clear_step_cache(seeds)
-    b = cls(spec, names, vc, torch.device(device))
-    if mode == "capture":
-        md = b.build_for_cudagraph_capture(m)
-    else:
-        md = b.build(0, m, num_accepted_tokens=accepted, num_decode_draft_tokens_cpu=drafts)
+    b = {"gdn": seeds.gdn.GDNAttentionMetadataBuilder,
+         "kda": seeds.kda.KimiK3KDAMetadataBuilder}[kind](spec, names, vc, torch.device(device))
+    md = call(b, mode, m, accepted, drafts)
     runner.clear_step_cache(seeds)
     return md
+
+
+def native_build(builder, m, accepted, drafts, table, capture=False):
+    """The step of `m` with table `table` built by a new native MetadataBuilder of one group
+    with the configuration of linmeta.vllm builder object `builder`."""
+    import linmeta
+
+    e = builder._engine
+    target = "cuda" if e.device.type == "cuda" else "host"
+    nb = linmeta.MetadataBuilder(e.kind, target=target, array_type="torch", **e.config)
+    kw = linmeta.step_kwargs(m, accepted, drafts)
+    kw["block_table"] = table
+    if target == "cuda":
+        kw["stream"] = torch.cuda.current_stream()
+    return (nb.build_for_cudagraph_capture if capture else nb.build)(**kw)
 
 
 def update_block_table_steps(seeds, runner, lv, rng, steps, device="cpu", profile=None):
     """MRV2's path on `steps` random GDN build steps with several KV-cache groups (the
     generator's other steps are skipped): group 0 builds, each later group calls
     update_block_table on its metadata, from its own table or (30 %) a copy of it in other
-    memory. Yields (case, group, result, the same call's result through
-    _update_block_table_python, the seed's update_block_table or None). Align mode only in
-    the vllm-0.34 profile (with mamba_aligned_state_indices set, as MRV2 does; the seed
-    profile's align mode builds from those indices)."""
+    memory. Yields (case, group, result, the same group built alone by a native builder, the
+    seed's update_block_table or None). The seed is compared in the seed profile outside
+    align mode (its align mode re-gathers from MRV2's precomputed indices); vllm-0.34's align
+    mode gets mamba_aligned_state_indices set, as MRV2 sets them."""
     taken = 0
     while taken < steps:
         case = random_case(rng, "gdn", profile=profile)
         tables = case["step"].get("groups")
-        align = case["config"]["mamba_cache_mode"] == "align"
-        if not tables or case["mode"] != "build" or (align and profile is None):
+        if not tables or case["mode"] != "build":
             continue
         taken += 1
+        align = case["config"]["mamba_cache_mode"] == "align"
         tokens = case["config"]["max_num_batched_tokens"]
         ours, ref, err, (ob, rb, ms) = run_case(seeds, runner, lv, case, device, tokens)
+        accepted, drafts = step_counts(case["step"], device)
         for g in range(1, len(tables)):
             if align:
                 ob[g].mamba_aligned_state_indices = ms[g].block_table_tensor[:, 0]
@@ -267,11 +350,11 @@ def update_block_table_steps(seeds, runner, lv, rng, steps, device="cpu", profil
             if rng.random() < 0.3:
                 t = t.clone()
             got = ob[g].update_block_table(ours[0], t, ms[g].slot_mapping)
-            want = ob[g]._update_block_table_python(ours[0], t, ms[g].slot_mapping)
+            alone = native_build(ob[g], ms[g], accepted, drafts, t)
             seed = None
-            if profile is None and err is None:
+            if profile is None and err is None and not align:
                 seed = rb[g].update_block_table(ref[0], t, ms[g].slot_mapping)
-            yield case, g, got, want, seed
+            yield case, g, got, alone, seed
 
 
 # ------------------------------------------------------------------------- random steps

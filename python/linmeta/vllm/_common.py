@@ -192,6 +192,7 @@ class _Engine:
         self.groups = 0
         self.builder = None  # the native MetadataBuilder
         self.native = None
+        self._counts = ((None, None), (None, None))  # int32_counts: (the caller's, copies)
 
     def register(self) -> int:
         group = self.groups
@@ -212,6 +213,28 @@ class _Engine:
         self.native = _linmeta.vllm.Engine(
             builder, self.fields, self.defaults, self.classes, stream, PREFETCH_TABLES)
         return group
+
+    def int32_counts(self, accepted, drafts):
+        """The step's accepted / draft counts as int32 (linmeta reads int32; vLLM versions
+        keep them as int64): the caller's tensors where they are int32, else copies made once
+        per step, so that every group of the step hands the native engine the same objects
+        (its same-step test)."""
+        if _is_int32(accepted) and _is_int32(drafts):
+            return accepted, drafts
+        (a, d), copies = self._counts
+        if a is accepted and d is drafts:
+            return copies
+        copies = (_as_int32(accepted), _as_int32(drafts))
+        self._counts = ((accepted, drafts), copies)
+        return copies
+
+
+def _is_int32(t) -> bool:
+    return t is None or t.dtype is torch.int32
+
+
+def _as_int32(t):
+    return t if _is_int32(t) else t.to(torch.int32)
 
 
 _ENGINES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()

@@ -53,9 +53,13 @@ class GDNAttentionMetadataBuilder(Builder, Base):
         cap = self.compilation_config.max_cudagraph_capture_size
         self.decode_cudagraph_max_bs: int = max_bs if cap is None else min(max_bs, cap)
         # vLLM 0.34's MRV2 sets the aligned state indices of builders that declare them
-        # (hasattr); linmeta gathers the same values from the block table itself.
-        self.supports_update_block_table = torch.device(device).type == "cuda" and (
-            PROFILE == "vllm-0.34" or bool(getattr(vllm_config, "use_v2_model_runner", False)))
+        # (hasattr); linmeta gathers the same values from the block table itself. GDN's own
+        # class only, as vLLM's (not isinstance: KDA's RecoverSSM / checkpoint metadata is
+        # per group, every KDA group builds).
+        self.supports_update_block_table = (
+            type(self) is GDNAttentionMetadataBuilder and torch.device(device).type == "cuda"
+            and (PROFILE == "vllm-0.34"
+                 or bool(getattr(vllm_config, "use_v2_model_runner", False))))
         if self.supports_update_block_table:
             self.mamba_aligned_state_indices: torch.Tensor | None = None
         self._join_engine(device)
@@ -84,9 +88,33 @@ class GDNAttentionMetadataBuilder(Builder, Base):
     # vLLM's GDN / KDA build() takes the counts positionally too.
     def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
               num_decode_draft_tokens_cpu=None, fast_build=False):
-        return super().build(common_prefix_len, common_attn_metadata,
-                             num_accepted_tokens=num_accepted_tokens,
-                             num_decode_draft_tokens_cpu=num_decode_draft_tokens_cpu)
+        accepted, drafts = self._engine.int32_counts(num_accepted_tokens,
+                                                     num_decode_draft_tokens_cpu)
+        md = super().build(common_prefix_len, common_attn_metadata,
+                           num_accepted_tokens=accepted, num_decode_draft_tokens_cpu=drafts)
+        out = md.num_accepted_tokens
+        if (accepted is not num_accepted_tokens and out is not None
+                and not self._staged_spec(md, common_attn_metadata)):
+            # vLLM gathers the caller's counts outside the FULL-graph buffer (int32): they
+            # keep the caller's dtype there.
+            md.num_accepted_tokens = out.to(num_accepted_tokens.dtype)
+        return md
+
+    def update_block_table(self, metadata, blk_table, slot_mapping):
+        md = super().update_block_table(metadata, blk_table, slot_mapping)
+        # Batch-level: vLLM keeps the source's (int64 ones too).
+        theirs = getattr(metadata, "num_accepted_tokens", None)
+        if theirs is not None and md.num_accepted_tokens is not None and (
+                theirs.dtype != md.num_accepted_tokens.dtype):
+            md.num_accepted_tokens = theirs
+        return md
+
+    def _staged_spec(self, md, m) -> bool:
+        """Whether vLLM's builder stages the spec rows in its FULL-graph buffers."""
+        n = md.num_spec_decodes
+        return bool(self.use_full_cuda_graph and n > 0 and md.num_prefills == 0
+                    and md.num_decodes == 0 and n <= self.decode_cudagraph_max_bs
+                    and md.num_spec_decode_tokens <= self.decode_cudagraph_max_bs)
 
 
 class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
@@ -138,6 +166,16 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
                 "Aligned Mamba state indices must be precomputed")
         return super().build(common_prefix_len, common_attn_metadata, num_accepted_tokens,
                              num_decode_draft_tokens_cpu)
+
+    def _staged_spec(self, md, m) -> bool:
+        """KDA's rule: padded rows (num_reqs) within its FULL-graph buffer; with RecoverSSM
+        the counts are always its own int32 buffer's."""
+        if self.use_recoverssm:
+            return True
+        n = md.num_spec_decodes
+        return bool(self.use_full_cuda_graph and n > 0 and md.num_prefills == 0
+                    and md.num_decodes == 0 and int(m.num_reqs) <= self.decode_cudagraph_max_bs
+                    and md.num_spec_decode_tokens <= self.decode_cudagraph_max_bs)
 
     def metadata(self, fields: dict):
         md = super().metadata(fields)

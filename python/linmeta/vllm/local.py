@@ -26,4 +26,7 @@ def local_class(kind: str):
     fields = [(name, typing.Any, dataclasses.field(default=None))
               for name, _dtype, _scope, kinds in _linmeta.OUTPUT_FIELDS
               if kind in kinds and "." not in name]
-    return dataclasses.make_dataclass(_NAMES[kind], fields, module=__name__)
+    # make_dataclass(module=) is Python 3.12+.
+    cls = dataclasses.make_dataclass(_NAMES[kind], fields)
+    cls.__module__ = __name__
+    return cls

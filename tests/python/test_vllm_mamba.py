@@ -1,0 +1,353 @@
+"""linmeta.vllm's Mamba-family drop-ins (Mamba2, Mamba1, ShortConv, linear attention) on CPU
+without vLLM, against the real vLLM 0.34 wheel's outputs recorded in tests/data
+(vllm034_mamba_public.jsonl, vllm034_mamba.jsonl and the error files: ../shared/cases/README.md,
+"The vLLM 0.34 Mamba family").
+
+The builders are made from stand-in vllm_config / kv_cache_spec objects carrying what vLLM's
+builders (and linmeta.vllm's) read, and called as vLLM 0.34's model runner V2 calls them
+(tests/vllm/wheel_mamba.py): every builder object made before the first build; group 0
+builds (build_for_cudagraph_capture in capture mode); Mamba2 / ShortConv builds get the
+spec-decode counts as keywords, Mamba1 / linear attention build(0, m); later KV-cache groups
+go through update_block_table where the builder supports it, else build. With vLLM absent
+(or only the seed oracle's stand-in, which has no Mamba modules) the results are the local
+dataclasses made from linmeta's output table: every field, dtype and nested object must be
+what vLLM recorded, exactly.
+
+This module does not load the seed oracle; it takes linmeta.vllm as imported when each test
+runs, so it works alone and in one session with test_vllm_oracle.py.
+"""
+
+import gc
+import importlib
+import types
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import case_util as cu  # noqa: E402
+import linmeta  # noqa: E402
+
+FILES = ("vllm034_mamba_public", "vllm034_mamba")
+ERROR_FILES = ("vllm034_mamba_public_errors", "vllm034_mamba")
+MAMBA_KINDS = ("mamba2", "mamba1", "short_conv", "linear")
+CASES = [c for c in cu.all_cases(FILES) if c["builder"] in MAMBA_KINDS]
+ERRORS = [c for c in cu.error_cases(ERROR_FILES) if c["builder"] in MAMBA_KINDS]
+MULTI = [c for c in CASES if "groups" in c["step"]]
+CLASS_NAMES = {
+    "mamba2": "Mamba2AttentionMetadataBuilder",
+    "mamba1": "Mamba1AttentionMetadataBuilder",
+    "short_conv": "ShortConvAttentionMetadataBuilder",
+    "linear": "LinearAttentionMetadataBuilder",
+}
+# Builders whose build() vLLM's runner hands the spec-decode counts (wheel_mamba.py).
+GETS_SPEC_KWARGS = ("mamba2", "short_conv")
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def lv(monkeypatch):
+    """linmeta.vllm as imported now, under vLLM 0.34's rules (what LINMETA_VLLM_PROFILE=
+    vllm-0.34 or a vLLM 0.34 sets at import; linmeta has no other Mamba rules)."""
+    mod = importlib.import_module("linmeta.vllm")
+    for m in (mod, mod._common, mod.gdn, mod.mamba):
+        monkeypatch.setattr(m, "PROFILE", "vllm-0.34")
+    return mod
+
+
+# ------------------------------------------------------------------------- stand-in objects
+
+
+class CUDAGraphMode:
+    """vLLM's CUDAGraphMode, as far as the builders read it."""
+
+    def __init__(self, full: bool):
+        self.full = full
+
+    def has_full_cudagraphs(self) -> bool:
+        return self.full
+
+
+def vllm_config(case, **over):
+    """What vLLM's Mamba builders (and linmeta.vllm's) read of a VllmConfig."""
+    c = case["config"]
+    k = int(c["num_spec"])
+    chunk = c.get("chunk_size")
+    vc = types.SimpleNamespace(
+        scheduler_config=types.SimpleNamespace(
+            max_num_seqs=int(c["max_num_seqs"]),
+            max_num_batched_tokens=max(8192, case["step"]["num_actual_tokens"]),
+        ),
+        compilation_config=types.SimpleNamespace(
+            cudagraph_mode=CUDAGraphMode(bool(c["full_cuda_graph"])),
+            max_cudagraph_capture_size=c["max_cudagraph_capture_size"],
+            static_forward_context={},
+        ),
+        speculative_config=types.SimpleNamespace(num_speculative_tokens=k,
+                                                 parallel_drafting=False) if k else None,
+        num_speculative_tokens=k,
+        cache_config=types.SimpleNamespace(mamba_cache_mode=c["mamba_cache_mode"],
+                                           use_replayssm=False, use_kda_recoverssm=False),
+        model_config=types.SimpleNamespace(
+            get_mamba_chunk_size=lambda: None if chunk is None else int(chunk)),
+        parallel_config=types.SimpleNamespace(decode_context_parallel_size=1),
+        additional_config={},
+    )
+    for name, value in over.items():
+        obj = vc
+        *path, leaf = name.split(".")
+        for p in path:
+            obj = getattr(obj, p)
+        setattr(obj, leaf, value)
+    return vc
+
+
+def kv_cache_spec(case):
+    """vLLM's MambaSpec, as far as the builders read it (prefill_checkpoint_alignment: the
+    layer's, None when the case has none: no checkpoints)."""
+    c = case["config"]
+    return types.SimpleNamespace(
+        block_size=int(c["block_size"]),
+        mamba_cache_mode=c["mamba_cache_mode"],
+        num_speculative_blocks=int(c["num_speculative_blocks"]),
+        num_prefill_checkpoint_blocks=int(c["num_prefill_checkpoint_blocks"]),
+        prefill_checkpoint_alignment=c.get("prefill_checkpoint_alignment"),
+    )
+
+
+def i32(values):
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def common_metadata(case):
+    """One CommonAttentionMetadata per group (the same step tensors, each group's block
+    table), and the step's (num_accepted_tokens, num_decode_draft_tokens_cpu)."""
+    s = case["step"]
+    qsl, upper = s["query_start_loc"], s["seq_lens_cpu_upper_bound"]
+    n = len(s["seq_lens"])
+    base = dict(
+        query_start_loc=i32(qsl),
+        query_start_loc_cpu=i32(qsl),
+        seq_lens=i32(s["seq_lens"]),
+        seq_lens_cpu_upper_bound=i32(upper),
+        num_reqs=n,
+        num_actual_tokens=int(s["num_actual_tokens"]),
+        max_query_len=max((b - a for a, b in zip(qsl[:-1], qsl[1:])), default=0),
+        max_seq_len=max(upper, default=0),
+        slot_mapping=torch.zeros(int(s["num_actual_tokens"]), dtype=torch.int64),
+        causal=True,
+        is_prefilling=None if s["is_prefilling"] is None else torch.tensor(
+            s["is_prefilling"], dtype=torch.bool),
+    )
+    ms = [types.SimpleNamespace(**base, block_table_tensor=i32(t).reshape(n, -1))
+          for t in cu.tables(case)]
+    accepted = None if s["num_accepted_tokens"] is None else i32(s["num_accepted_tokens"])
+    drafts = None if s["num_decode_draft_tokens_cpu"] is None else i32(
+        s["num_decode_draft_tokens_cpu"])
+    return ms, accepted, drafts
+
+
+def builders_of(lv, case, groups, **over):
+    cls = getattr(lv, CLASS_NAMES[case["builder"]])
+    return [cls(kv_cache_spec(case), [f"model.layers.{g}.mixer"], vllm_config(case, **over),
+                CPU) for g in range(groups)]
+
+
+def call(b, case, m, accepted, drafts):
+    """One build as vLLM 0.34's runner calls it."""
+    if case["mode"] == "capture":
+        return b.build_for_cudagraph_capture(m)
+    if case["builder"] in GETS_SPEC_KWARGS:
+        return b.build(0, m, num_accepted_tokens=accepted, num_decode_draft_tokens_cpu=drafts)
+    return b.build(0, m)
+
+
+def run(lv, case, every_group_builds=False):
+    """The case's step through linmeta.vllm as MRV2 runs it (every_group_builds: each group
+    builds, none takes update_block_table). Returns (metadata per group, builders)."""
+    ms, accepted, drafts = common_metadata(case)
+    builders = builders_of(lv, case, len(ms))
+    out = []
+    for g, (b, m) in enumerate(zip(builders, ms)):
+        if g > 0 and b.supports_update_block_table and not every_group_builds:
+            out.append(b.update_block_table(out[0], m.block_table_tensor, m.slot_mapping))
+        else:
+            out.append(call(b, case, m, accepted, drafts))
+    return out, builders
+
+
+def to_numpy(t):
+    return t.numpy()
+
+
+# ------------------------------------------------------------------------- the case files
+
+
+def test_case_files_loaded():
+    assert len(CASES) >= 128 + 86 and len(ERRORS) >= 4 + 9
+    assert {c["builder"] for c in CASES} == set(MAMBA_KINDS)
+    assert all(c["config"]["profile"] == "vllm-0.34" for c in CASES)
+    assert len(MULTI) >= 16 and any(c["mode"] == "capture" for c in CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=cu.case_id)
+def test_case(lv, case):
+    results, builders = run(lv, case)
+    cu.assert_vllm_matches(case, results, to_numpy)
+    # One plan for the step; later groups either served from it or re-gathered into it.
+    stats = builders[0]._engine.native.stats
+    updated = sum(b.supports_update_block_table for b in builders[1:])
+    assert (stats["plans"], stats["served"]) == (1, len(builders) - 1 - updated)
+
+
+@pytest.mark.parametrize("case", MULTI, ids=cu.case_id)
+def test_multi_group_every_group_builds(lv, case):
+    """Every group building (no update_block_table) gives the same metadata, the later
+    groups served from group 0's plan (one plan per step)."""
+    results, builders = run(lv, case, every_group_builds=True)
+    cu.assert_vllm_matches(case, results, to_numpy)
+    stats = builders[0]._engine.native.stats
+    assert (stats["plans"], stats["served"]) == (1, len(builders) - 1)
+
+
+@pytest.mark.parametrize("case", ERRORS, ids=cu.case_id)
+def test_error_case(lv, case):
+    """A step vLLM 0.34's builder rejects (its assertions: capture batches no decode-only
+    FULL graph holds) raises linmeta.Error."""
+    with pytest.raises(linmeta.Error, match=r"\S"):
+        run(lv, case)
+
+
+# ----------------------------------------------------------------------------- the classes
+
+
+@pytest.mark.parametrize("kind", MAMBA_KINDS)
+def test_returns_local_dataclasses_without_vllm(lv, kind):
+    """Without vLLM's Mamba modules (no vLLM, or the seed oracle's stand-in) the builders
+    subclass the base class linmeta.vllm found and return linmeta's dataclass of the kind:
+    every top-level field of the output table, None by default."""
+    from linmeta.vllm.local import local_class
+
+    case = next(c for c in CASES if c["builder"] == kind and "groups" not in c["step"])
+    b = builders_of(lv, case, 1)[0]
+    if lv._common.vllm_class(*type(b).replaces) is not None:
+        pytest.skip("vLLM's Mamba builders are importable")
+    assert type(b) is getattr(lv, CLASS_NAMES[kind])
+    assert isinstance(b, lv._common.Base)
+    md = run(lv, case)[0][0]
+    assert type(md) is local_class(kind) and type(md).__module__ == "linmeta.vllm.local"
+    assert [f for f in vars(md)] == [n for n in linmeta.fields_of(kind) if "." not in n]
+    if kind == "mamba2" and md.checkpoint_meta is not None:
+        assert isinstance(md.checkpoint_meta, dict)  # no vLLM dataclass for it either
+
+
+def _attr_case(kind, spec):
+    return next(c for c in CASES if c["builder"] == kind and bool(c["config"]["num_spec"]) == spec
+                and c["config"]["max_cudagraph_capture_size"] is not None)
+
+
+@pytest.mark.parametrize("kind", MAMBA_KINDS)
+@pytest.mark.parametrize("spec", [False, True], ids=["k0", "spec"])
+def test_builder_attributes_are_vllms(lv, kind, spec):
+    """vLLM 0.34's attributes: the Mamba base builder's CUDA-graph support UNIFORM_BATCH
+    (linear attention: UNIFORM_SINGLE_TOKEN_DECODE), reorder_batch_threshold 1 (1 + k with
+    spec decode, except linear attention), update_block_table supported but under spec decode
+    (linear attention: never), decode_cudagraph_max_bs = min(max_num_seqs, capture size),
+    Mamba2's chunk size from the model config."""
+    try:
+        case = _attr_case(kind, spec)
+    except StopIteration:
+        pytest.skip(f"no {kind} case with spec={spec}")
+    c = case["config"]
+    b = builders_of(lv, case, 1)[0]
+    k = int(c["num_spec"])
+    cg = lv._common.AttentionCGSupport
+    assert b.kv_cache_spec.block_size == c["block_size"]
+    assert b.layer_names == ["model.layers.0.mixer"]
+    if kind == "linear":
+        assert type(b)._cudagraph_support is cg.UNIFORM_SINGLE_TOKEN_DECODE
+        assert b.reorder_batch_threshold == 1
+        assert b.supports_update_block_table is False
+        return
+    assert type(b)._cudagraph_support is cg.UNIFORM_BATCH
+    assert b.reorder_batch_threshold == 1 + k
+    assert b.supports_update_block_table is (k == 0)
+    assert b.num_spec_tokens == k and b.use_spec_decode == (k > 0)
+    assert b.decode_cudagraph_max_bs == min(c["max_num_seqs"], c["max_cudagraph_capture_size"])
+    assert b.needs_causal_conv1d_metadata is True
+    if kind == "mamba2":
+        assert b.chunk_size == c["chunk_size"]
+
+
+UNSUPPORTED = [
+    pytest.param(None, {}, "linmeta has vLLM 0.34's", id="seed-profile"),
+    pytest.param("vllm-0.34", {"cache_config.use_replayssm": True}, "ReplaySSM", id="replayssm"),
+    pytest.param("vllm-0.34", {"speculative_config": types.SimpleNamespace(
+        num_speculative_tokens=2, parallel_drafting=True)}, "parallel drafting",
+        id="parallel-drafting"),
+    pytest.param("vllm-0.34", {"parallel_config.decode_context_parallel_size": 2},
+                 "decode context parallelism", id="dcp"),
+]
+
+
+@pytest.mark.parametrize("kind", MAMBA_KINDS)
+@pytest.mark.parametrize("profile,over,reason", UNSUPPORTED)
+def test_unsupported_configurations_are_refused_without_vllm(lv, monkeypatch, kind, profile,
+                                                             over, reason):
+    """A configuration linmeta does not serve falls back to vLLM's own builder; without vLLM
+    there is none: NotImplementedError naming the reason. (Linear attention: the profile
+    only.)"""
+    case = next(c for c in CASES if c["builder"] == kind)
+    cls = getattr(lv, CLASS_NAMES[kind])
+    if lv._common.vllm_class(*cls.replaces) is not None:
+        pytest.skip("vLLM's Mamba builders are importable")
+    for m in (lv, lv._common, lv.gdn, lv.mamba):
+        monkeypatch.setattr(m, "PROFILE", profile)
+    if kind == "linear" and profile is not None:
+        builders_of(lv, case, 1, **over)  # served: linear attention reads none of these
+        return
+    with pytest.raises(NotImplementedError, match=f"{CLASS_NAMES[kind]}: {reason}"):
+        builders_of(lv, case, 1, **over)
+
+
+def test_mamba2_needs_the_chunk_size(lv):
+    case = next(c for c in CASES if c["builder"] == "mamba2")
+    with pytest.raises(AssertionError, match="chunk_size needs to be set"):
+        builders_of(lv, case, 1, **{"model_config.get_mamba_chunk_size": lambda: None})
+
+
+def test_build_signatures_are_vllms(lv):
+    """Mamba2 / ShortConv take the spec-decode counts as keywords (MRV2 passes them so);
+    linear attention's build() takes none, as vLLM's."""
+    case = next(c for c in CASES if c["builder"] == "linear" and c["mode"] == "build"
+                and "groups" not in c["step"])
+    ms, accepted, drafts = common_metadata(case)
+    b = builders_of(lv, case, 1)[0]
+    want = cu.vllm_json(b.build(0, ms[0]), to_numpy)
+    assert cu.vllm_json(b.build(0, ms[0], True), to_numpy) == want
+    assert cu.vllm_json(b.build(common_prefix_len=0, common_attn_metadata=ms[0]),
+                        to_numpy) == want
+    with pytest.raises(TypeError, match="unexpected keyword argument 'num_accepted_tokens'"):
+        b.build(0, ms[0], num_accepted_tokens=accepted)
+
+
+@pytest.mark.parametrize("kind", MAMBA_KINDS)
+def test_builders_and_native_builder_are_freed(lv, kind):
+    """No reference cycle and no kept result: after builds (and update_block_table where
+    supported), dropping the builder objects and their metadata frees the native builder."""
+    case = next(c for c in MULTI if c["builder"] == kind and c["mode"] == "build")
+    results, builders = run(lv, case)
+    ms, accepted, drafts = common_metadata(case)
+    for _ in range(3):
+        results = [call(b, case, m, accepted, drafts) for b, m in zip(builders, ms)]
+    native = weakref.ref(builders[0]._engine.builder)
+    objs = [weakref.ref(b) for b in builders]
+    gc.disable()
+    try:
+        del builders, results
+        assert [r() for r in objs] == [None] * len(objs)
+    finally:
+        gc.enable()
+    gc.collect()
+    assert native() is None
