@@ -230,7 +230,9 @@ class _Engine:
 
 
 def _is_int32(t) -> bool:
-    return t is None or t.dtype is torch.int32
+    """Whether `t` is read as it is: None, anything but an int64 torch tensor (int32, or an
+    input the native import refuses by name)."""
+    return not isinstance(t, torch.Tensor) or t.dtype is not torch.int64
 
 
 def _as_int32(t):

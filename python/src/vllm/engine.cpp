@@ -89,6 +89,9 @@ nb::dict copy(nb::handle d) {
   return nb::steal<nb::dict>(c);
 }
 
+/// The block table's attribute name in CommonAttentionMetadata (errors name it).
+constexpr const char* kTableName = "block_table_tensor";
+
 class Engine {
  public:
   /// builder: a linmeta MetadataBuilder (one group per builder object of the engine);
@@ -138,7 +141,7 @@ class Engine {
     if (last_ && !served_[g] && capture == capture_ && in->same_step(*last_)) {
       served_[g] = 1;
       ++served_count_;
-      regather(group, in->attr[kBlockTable]);
+      regather(group, in->attr[kBlockTable], kTableName);
     } else {
       plan(group, *in, capture);
       last_ = std::move(in);
@@ -155,7 +158,7 @@ class Engine {
     for (const nb::object& r : results_) ours = ours || (r.is_valid() && r.is(d));
     if (!ours)
       raise_error("update_block_table takes metadata this engine's builders made in its last step");
-    regather(group, table);
+    regather(group, table, "blk_table");  // vLLM's argument name
     served_[static_cast<size_t>(group)] = 1;
     return fill(group, copy(d));
   }
@@ -194,9 +197,9 @@ class Engine {
   }
 
   /// Imports a block table for a step of `num_reqs` rows.
-  GroupTable import(nb::handle obj, int32_t num_reqs) const {
+  GroupTable import(nb::handle obj, int32_t num_reqs, const char* name) const {
     PreparedStep p;
-    const BlockTable t = import_table(p, obj, "block_table_tensor", num_reqs, b_->memory());
+    const BlockTable t = import_table(p, obj, name, num_reqs, b_->memory());
     return {nb::borrow(obj), t, p.arrays.back().shape[0]};
   }
 
@@ -207,7 +210,7 @@ class Engine {
     prepare(p, *b_, in.args(nb::none()));
     p.stream = stream();
     const int32_t n = p.step.num_reqs;
-    const GroupTable own = import(in.attr[kBlockTable], n);
+    const GroupTable own = import(in.attr[kBlockTable], n, kTableName);
     const auto G = static_cast<size_t>(b_->builder.num_groups());
     std::vector<GroupTable> use(G, own);
     for (size_t h = 0; h < G; ++h) {
@@ -239,9 +242,9 @@ class Engine {
 
   /// Group `group`'s state indices of the last step from `table`: the plan's own unless the
   /// table is in other memory than the launch read (then one re-gather).
-  void regather(int32_t group, nb::handle table) {
+  void regather(int32_t group, nb::handle table, const char* name) {
     const auto g = static_cast<size_t>(group);
-    GroupTable t = import(table, num_reqs_);
+    GroupTable t = import(table, num_reqs_, name);
     if (!(t.table == tables_[g].table)) {
       metas_[g] = b_->builder.update_block_table(metas_[g], t.table, group, stream());
       ++regathers_;
@@ -323,7 +326,8 @@ void bind_vllm(nb::module_& m) {
            "fields"_a, "defaults"_a, "classes"_a, "stream"_a.none(), "prefetch_tables"_a)
       .def("build", &Engine::build, "group"_a, "m"_a, "num_accepted_tokens"_a.none(),
            "num_decode_draft_tokens_cpu"_a.none(), "capture"_a)
-      .def("update_block_table", &Engine::update_block_table, "group"_a, "metadata"_a, "table"_a)
+      .def("update_block_table", &Engine::update_block_table, "group"_a, "metadata"_a,
+           "table"_a.none())
       .def_prop_ro("stats", &Engine::stats, "Plans, served calls, re-gathers and views made.");
 }
 
