@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The Python package on a GPU machine whose python3 already holds torch (e.g. the H200 image):
 # builds the extension with CMake into a build folder (no pip, no downloads), then runs the
-# Python tests (CUDA ones included) and the vLLM adapter bench on CUDA tensors.
+# Python tests (CUDA ones included) and the vLLM adapter benches on CUDA tensors.
 #
 #   scripts/gpu-python.sh [BUILD_DIR]          (default: build/gpu-python)
 #
 # Needs nvcc, CMake, ninja, nanobind and pytest for that python3, and fmt's CMake package
 # (-Dfmt_DIR through LINMETA_CMAKE_ARGS when it is not installed). The seed oracle for the
 # adapter tests and the bench's seed column: ../shared/oracle, or LINMETA_ORACLE_DIR.
-# Output: OUT (default: a temporary folder) gets pytest.txt, vllm-bench.txt / .json.
+# Output: OUT (default: a temporary folder) gets pytest.txt, vllm-bench-{1,2,3}.txt / .json
+# (GDN / KDA against the seed builders, three runs: the docs quote their medians) and
+# vllm-mamba-bench.txt / .json (the Mamba-family classes against the native builds; needs
+# BENCH, a built linmeta-bench, default build/release/bench/linmeta-bench, for the steps).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 build=${1:-build/gpu-python}
@@ -28,11 +31,21 @@ fi
 export PYTHONPATH=$build/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 
 echo "== pytest tests/python"
-# torch wheels carry their C++ headers: the torch reader must be built and used.
-LINMETA_EXPECT_TORCH_READER=1 "$python" -m pytest tests/python -q -p no:cacheprovider 2>&1 | tee "$out/pytest.txt" | tail -15
+"$python" -m pytest tests/python -q -p no:cacheprovider 2>&1 | tee "$out/pytest.txt" | tail -15
 status=${PIPESTATUS[0]}
 
-echo "== bench/python/bench_vllm.py --device cuda"
-"$python" bench/python/bench_vllm.py --device cuda --json "$out/vllm-bench.json" 2>&1 |
-  tee "$out/vllm-bench.txt" | tail -25
+for run in 1 2 3; do
+  echo "== bench/python/bench_vllm.py --device cuda (run $run of 3)"
+  "$python" bench/python/bench_vllm.py --device cuda --iters "${LINMETA_BENCH_ITERS:-500}" \
+    --json "$out/vllm-bench-$run.json" 2>&1 | tee "$out/vllm-bench-$run.txt" | tail -12
+done
+
+bench=${BENCH:-build/release/bench/linmeta-bench}
+if [[ -x $bench ]]; then
+  echo "== bench/python/bench_vllm_builders.py --device cuda (the Mamba family)"
+  "$python" bench/python/bench_vllm_builders.py --device cuda --bench "$bench" --pin-cpu 2 \
+    --json "$out/vllm-mamba-bench.json" 2>&1 | tee "$out/vllm-mamba-bench.txt" | tail -16
+else
+  echo "== no $bench: the Mamba-family adapter bench is skipped"
+fi
 exit "$status"

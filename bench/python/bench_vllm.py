@@ -18,12 +18,12 @@ own loop over the groups (``loop``):
                 torch tensor), for reference;
 * ``adapter - native``: what the Python layer adds (the median over the timed steps of
                 each step's adapter time minus that step's own native time), of which
-* ``session``   the C++ session calls alone (``VllmSession.call`` of every group, as
+* ``engine``    the native engine's calls alone (``Engine.build`` of every group, as
                 ``build()`` makes them: the native build, reading CommonAttentionMetadata,
                 importing the tensors, the result dicts), and
 * ``read``      reading every field of the G returned objects;
-                the rest (adapter - session - read) is ``build()`` above them (its C++
-                wrapper, the argument handling and the dataclass);
+                the rest (adapter - engine - read) is ``build()`` above them (the Python
+                method and the dataclass);
 * ``loop``      the bench's own loop: the function that walks the G (builder, metadata)
                 pairs, timed with the calls and reads left out (a Python function call, a
                 zip and G iterations: not the builder's cost, which an engine's own loop
@@ -226,7 +226,7 @@ def main():
     import linmeta
 
     seeds, runner, lv = load()
-    prefetch_default = lv._PREFETCH_TABLES
+    prefetch_default = lv._common.PREFETCH_TABLES
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     seed_iters = args.seed_iters or max(20, args.iters // 10)
@@ -235,7 +235,7 @@ def main():
           f"iters {args.iters} (seed {seed_iters}) x {args.repeats}")
     header = (f"{'workload':<14} {'G':>2} {'prefetch':>8} {'seed':>9} {'adapter':>9} "
               f"{'native':>8} {'py-api':>8} {'adapter-native':>15} {'seed/adapter':>12} "
-              f"{'session':>8} {'read':>6} {'loop':>5}")
+              f"{'engine':>8} {'read':>6} {'loop':>5}")
     print(header)
     for wl in args.workloads.split(","):
         for groups in (int(x) for x in args.groups.split(",")):
@@ -247,11 +247,10 @@ def main():
                             "kda": seeds.kda.KimiK3KDAMetadataBuilder}[kind]
                 our_cls = {"gdn": lv.GDNAttentionMetadataBuilder,
                            "kda": lv.KimiK3KDAMetadataBuilder}[kind]
-                lv._PREFETCH_TABLES = prefetch
+                lv._common.PREFETCH_TABLES = prefetch  # read when the engine is made
                 seed_b = [seed_cls(s, n, vc, device) for s, n, vc in objs]
                 ours_b = [our_cls(s, n, vc, device) for s, n, vc in objs]
-                names = [f.name for f in __import__("dataclasses").fields(
-                    lv.metadata_classes()[kind])]
+                names = [f.name for f in __import__("dataclasses").fields(ours_b[0]._cls)]
 
                 read_all = reader(names)
 
@@ -278,22 +277,21 @@ def main():
                 eng = ours_b[0]._engine
 
                 def native_us():
-                    t = eng.native.last_timing
+                    t = eng.builder.last_timing
                     return (t["plan_ns"] + t["pack_ns"] + t["enqueue_ns"]) / 1e3
 
                 t_adapter, t_native, t_over = timed(lambda: run(ours_b), args.iters,
                                                     args.repeats, sync, native_us)
                 t_adapter, t_over = t_adapter - t_loop, t_over - t_loop
                 # The generic Python API on a builder of its own.
-                api = (linmeta.KdaMetadataBuilder if kind == "kda" else linmeta.GdnMetadataBuilder)(
-                    **eng.config | {"max_num_batched_tokens": eng.token_capacity},
-                    target="cuda" if device.type == "cuda" else "host",
+                api = linmeta.MetadataBuilder(
+                    kind, **eng.config, target="cuda" if device.type == "cuda" else "host",
                     num_groups=groups, array_type="torch")
                 stream = 0 if device.type != "cuda" else torch.cuda.current_stream().cuda_stream
                 kw = linmeta.step_kwargs(ms[0], accepted, drafts)
                 kw.pop("block_table")
                 tabs = [m.block_table_tensor for m in ms]
-                api_names = linmeta.ARRAY_FIELDS + linmeta.COUNT_FIELDS + ("nums_dict",)
+                api_names = [n for n in linmeta.fields_of(kind) if "." not in n]
 
                 read_api = reader(api_names)
 
@@ -302,28 +300,27 @@ def main():
                         read_api(md)
 
                 t_api = timed(run_api, args.iters, args.repeats, sync)
-                # The parts of the adapter's time: its C++ session calls, and the field reads.
-                session, stream_of = eng.session, eng.current_stream
+                # The parts of the adapter's time: its native engine calls, and the field reads.
+                native_engine = eng.native
 
-                def run_session():
+                def run_engine():
                     for b, m in zip(ours_b, ms):
-                        session.call(m, m.block_table_tensor, accepted, drafts, False, b._slot,
-                                     stream_of(), prefetch)
+                        native_engine.build(b._group, m, accepted, drafts, False)
 
-                t_session = timed(run_session, args.iters, args.repeats, sync)
+                t_session = timed(run_engine, args.iters, args.repeats, sync)
                 mds = [b.build(0, m, accepted, drafts) for b, m in zip(ours_b, ms)]
                 t_read = timed(lambda: [read_all(md) for md in mds], args.iters,
                                args.repeats, sync)
                 row = dict(workload=wl, groups=groups, prefetch=prefetch, seed_us=t_seed,
                            adapter_us=t_adapter, native_us=t_native,
                            adapter_minus_native_us=t_over, py_api_us=t_api,
-                           session_us=t_session, read_us=t_read, loop_us=t_loop,
+                           engine_us=t_session, read_us=t_read, loop_us=t_loop,
                            device=str(device), torch=torch.__version__)
                 rows.append(row)
                 print(f"{wl:<14} {groups:>2} {str(prefetch):>8} {t_seed:9.1f} {t_adapter:9.1f} "
                       f"{t_native:8.1f} {t_api:8.1f} {t_over:15.1f} "
                       f"{t_seed / t_adapter:11.1f}x {t_session:8.1f} {t_read:6.1f} {t_loop:5.2f}")
-    lv._PREFETCH_TABLES = prefetch_default
+    lv._common.PREFETCH_TABLES = prefetch_default
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

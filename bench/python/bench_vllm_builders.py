@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""vLLM 0.34's own Mamba-family metadata builders against linmeta's host target, on the same
-steps, in one run (docs/bench.md, "vLLM's builders"): a ratio, not an absolute.
+"""vLLM 0.34's own Mamba-family metadata builders against linmeta's host target and against
+linmeta.vllm's drop-in classes, on the same steps, in one run (docs/bench.md, "vLLM's
+builders"; docs/vllm.md, "Costs"): ratios, not absolutes.
 
 1. runs ``linmeta-bench --target host`` on the workloads, with ``--json`` (linmeta's host time
    per build, median) and ``--steps`` (each workload's step as a case-file line);
@@ -12,11 +13,18 @@ steps, in one run (docs/bench.md, "vLLM's builders"): a ratio, not an absolute.
 3. prints vLLM's median, linmeta's and vLLM / linmeta, with the target of the prefill-heavy
    step (>= 100x), and vLLM / (linmeta's plan + pack phases): the host work the cuda target
    has too (there the element work, the host target's 'enq', is a kernel launch instead).
-   vLLM's counts (prefills, decodes and their tokens) must equal linmeta's.
+   vLLM's counts (prefills, decodes and their tokens) must equal linmeta's;
+4. builds the same steps through linmeta.vllm's class (``adapter``: one KV-cache group, every
+   field of the returned dataclass read) and reports, per call, its host time, the native
+   build's (``native``: plan + pack + enqueue of the builder it wraps) and the difference
+   (target: adapter <= native + 3 us per group).
 
-Needs the vLLM 0.34.0 wheel (e.g. /work/venv-vllm) and a built linmeta-bench; CPU only:
+Needs a built linmeta-bench. With the vLLM 0.34.0 wheel (e.g. /work/venv-vllm) every column
+runs on CPU tensors; without vLLM (a GPU machine: ``--device cuda``) the adapter runs on
+stand-in config objects and only the adapter / native columns are printed:
 
     /work/venv-vllm/bin/python bench/python/bench_vllm_builders.py [--pin-cpu 1] [--json OUT]
+    python bench/python/bench_vllm_builders.py --device cuda      # no vLLM: adapter, native
 """
 
 from __future__ import annotations
@@ -71,6 +79,15 @@ def run_linmeta(args, workloads: list[str], tmp: str) -> tuple[dict, list[dict],
     return figures, steps, done.stdout
 
 
+ADAPTER_TARGET_US = 3.0
+ADAPTER_CLASSES = {
+    "mamba2": "Mamba2AttentionMetadataBuilder",
+    "mamba1": "Mamba1AttentionMetadataBuilder",
+    "short_conv": "ShortConvAttentionMetadataBuilder",
+    "linear": "LinearAttentionMetadataBuilder",
+}
+
+
 def vllm_builders():
     """vLLM's Mamba-family builder classes by linmeta's builder name (imports vLLM on CPU)."""
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -92,7 +109,7 @@ def vllm_builders():
     }
 
 
-def make_builder(cls, builder: str, config: dict):
+def make_builder(cls, builder: str, config: dict, num_tokens: int = 8192):
     """One vLLM builder for a case-file config, as an engine of that configuration makes it
     (the recipe of tests/vllm/wheel_builders.py, with a MambaSpec and the model's chunk size)."""
     import torch
@@ -108,6 +125,7 @@ def make_builder(cls, builder: str, config: dict):
         speculative_config=(SpeculativeConfig(method="ngram", num_speculative_tokens=k)
                             if k > 0 else None),
         scheduler_config=SchedulerConfig(max_num_seqs=int(config["max_num_seqs"]),
+                                         max_num_batched_tokens=max(8192, num_tokens),
                                          max_model_len=1 << 20, is_encoder_decoder=False),
         cache_config=CacheConfig(mamba_cache_mode=config["mamba_cache_mode"],
                                  mamba_block_size=block))
@@ -130,45 +148,130 @@ def make_builder(cls, builder: str, config: dict):
     return cls(spec, ["model.layers.0.mixer"], vc, torch.device("cpu"))
 
 
-def call_for(builder: str, b, step: dict):
-    """build() of `b` on the step's CommonAttentionMetadata, as vLLM 0.34's runner calls it."""
-    import torch
-    from vllm.v1.attention.backend import CommonAttentionMetadata
+class _GraphMode:
+    def __init__(self, full: bool):
+        self.full = full
 
-    def i32(v):
-        return torch.tensor(v, dtype=torch.int32)
+    def has_full_cudagraphs(self) -> bool:
+        return self.full
+
+
+def standin_objects(config: dict, num_tokens: int):
+    """(kv_cache_spec, vllm_config) as far as linmeta.vllm's Mamba classes read them (no vLLM)."""
+    k, chunk = int(config["num_spec"]), config.get("chunk_size")
+    ns = types.SimpleNamespace
+    vc = ns(
+        scheduler_config=ns(max_num_seqs=int(config["max_num_seqs"]),
+                            max_num_batched_tokens=max(8192, num_tokens)),
+        compilation_config=ns(cudagraph_mode=_GraphMode(bool(config["full_cuda_graph"])),
+                              max_cudagraph_capture_size=config.get("max_cudagraph_capture_size"),
+                              static_forward_context={}),
+        speculative_config=ns(num_speculative_tokens=k, parallel_drafting=False) if k else None,
+        num_speculative_tokens=k,
+        cache_config=ns(mamba_cache_mode=config["mamba_cache_mode"], use_replayssm=False),
+        model_config=ns(get_mamba_chunk_size=lambda: None if chunk is None else int(chunk)),
+        parallel_config=ns(decode_context_parallel_size=1), additional_config={})
+    spec = ns(block_size=int(config["block_size"]), mamba_cache_mode=config["mamba_cache_mode"],
+              num_speculative_blocks=int(config["num_speculative_blocks"]),
+              num_prefill_checkpoint_blocks=int(config.get("num_prefill_checkpoint_blocks", 0)),
+              prefill_checkpoint_alignment=config.get("prefill_checkpoint_alignment"))
+    return spec, vc
+
+
+def common_metadata(step: dict, device, with_vllm: bool):
+    """The step's CommonAttentionMetadata (vLLM's class, or the attributes linmeta.vllm reads)."""
+    import torch
+
+    def i32(v, dev=device):
+        return torch.tensor(v, dtype=torch.int32, device=dev)
 
     qsl, seq, upper = step["query_start_loc"], step["seq_lens"], step["seq_lens_cpu_upper_bound"]
-    m = CommonAttentionMetadata(
-        query_start_loc=i32(qsl), query_start_loc_cpu=i32(qsl), seq_lens=i32(seq),
+    fields = dict(
+        query_start_loc=i32(qsl), query_start_loc_cpu=i32(qsl, "cpu"), seq_lens=i32(seq),
         num_reqs=len(seq), num_actual_tokens=int(step["num_actual_tokens"]),
-        max_query_len=max(b - a for a, b in zip(qsl, qsl[1:])), max_seq_len=max(upper),
         block_table_tensor=i32(step["block_table"]),
-        slot_mapping=torch.zeros(int(step["num_actual_tokens"]), dtype=torch.int64), causal=True,
         is_prefilling=torch.tensor(step["is_prefilling"], dtype=torch.bool),
-        seq_lens_cpu_upper_bound=i32(upper))
+        seq_lens_cpu_upper_bound=i32(upper, "cpu"))
+    if not with_vllm:
+        return types.SimpleNamespace(**fields)
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    return CommonAttentionMetadata(
+        **fields, max_query_len=max(b - a for a, b in zip(qsl, qsl[1:])), max_seq_len=max(upper),
+        slot_mapping=torch.zeros(int(step["num_actual_tokens"]), dtype=torch.int64,
+                                 device=device), causal=True)
+
+
+def call_for(builder: str, b, step: dict, device="cpu", with_vllm=True, read=None):
+    """build() of `b` on the step's CommonAttentionMetadata, as vLLM 0.34's runner calls it;
+    `read` (an attrgetter) reads the returned object's fields, as a layer would."""
+    import torch
+
+    m = common_metadata(step, device, with_vllm)
     kwargs = {}
     if builder in ("mamba2", "short_conv"):  # mamba_hybrid.py: get_extra_attn_kwargs
         accepted, drafts = step["num_accepted_tokens"], step["num_decode_draft_tokens_cpu"]
-        kwargs = {"num_accepted_tokens": None if accepted is None else i32(accepted),
-                  "num_decode_draft_tokens_cpu": None if drafts is None else i32(drafts)}
-    return lambda: b.build(0, m, **kwargs)
+        kwargs = {"num_accepted_tokens": None if accepted is None else torch.tensor(
+                      accepted, dtype=torch.int32, device=device),
+                  "num_decode_draft_tokens_cpu": None if drafts is None else torch.tensor(
+                      drafts, dtype=torch.int32)}
+    if read is None:
+        return lambda: b.build(0, m, **kwargs)
+    return lambda: read(b.build(0, m, **kwargs))
 
 
-def timed(fn, reps: int, min_time: float, warmup: int) -> dict:
+def timed(fn, reps: int, min_time: float, warmup: int, native=None, sync=None) -> dict:
     """Each call timed alone (perf_counter_ns, its own overhead subtracted): median and
-    quartiles in microseconds over at least `reps` calls and `min_time` seconds."""
+    quartiles in microseconds over at least `reps` calls and `min_time` seconds. `native`
+    (the native build's time of the call just made, us): also the median native time and the
+    median of each call's difference. `sync` runs every 64 calls, outside the timing."""
     for _ in range(warmup):
         fn()
     overhead = statistics.median(-time.perf_counter_ns() + time.perf_counter_ns()
                                  for _ in range(10000))
-    xs, t_end = [], time.perf_counter() + min_time
+    xs, natives, diffs, t_end = [], [], [], time.perf_counter() + min_time
     while len(xs) < reps or (time.perf_counter() < t_end and len(xs) < 100 * reps):
         t0 = time.perf_counter_ns()
         fn()
         xs.append((time.perf_counter_ns() - t0 - overhead) / 1e3)
+        if native is not None:
+            natives.append(native())
+            diffs.append(xs[-1] - natives[-1])
+        if sync is not None and len(xs) % 64 == 0:
+            sync()
     q = statistics.quantiles(xs, n=4)
-    return {"median": statistics.median(xs), "p25": q[0], "p75": q[2], "count": len(xs)}
+    out = {"median": statistics.median(xs), "p25": q[0], "p75": q[2], "count": len(xs)}
+    if native is not None:
+        out.update(native=statistics.median(natives), over=statistics.median(diffs))
+    return out
+
+
+def adapter_figures(builder: str, case: dict, args, with_vllm: bool, make=None) -> dict:
+    """linmeta.vllm's class on the step: its time, the native build's, their difference."""
+    import operator
+    import dataclasses
+
+    import torch
+    import linmeta.vllm as lv
+
+    cls = getattr(lv, ADAPTER_CLASSES[builder])
+    device = torch.device(args.device)
+    if make is not None:
+        b = make(cls)
+    else:
+        spec, vc = standin_objects(case["config"], case["step"]["num_actual_tokens"])
+        b = cls(spec, ["model.layers.0.mixer"], vc, device)
+    names = [f.name for f in dataclasses.fields(b._cls)]
+    build = call_for(builder, b, case["step"], device, with_vllm, operator.attrgetter(*names))
+    build()
+    engine = b._engine
+
+    def native():
+        t = engine.builder.last_timing
+        return (t["plan_ns"] + t["pack_ns"] + t["enqueue_ns"]) / 1e3
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    return timed(build, args.reps_adapter, args.min_time, args.warmup, native, sync)
 
 
 def main() -> None:
@@ -182,49 +285,83 @@ def main() -> None:
     ap.add_argument("--pin-cpu", type=int, help="pin linmeta-bench's timing thread and this "
                     "process to CPU N")
     ap.add_argument("--json", help="write every figure to this file")
+    ap.add_argument("--device", default="cpu", help="the adapter's tensors: cpu or cuda")
+    ap.add_argument("--reps-adapter", type=int, default=2000, help="adapter builds, at least")
     args = ap.parse_args()
     if args.pin_cpu is not None:
         os.sched_setaffinity(0, {args.pin_cpu})
     with tempfile.TemporaryDirectory() as tmp:
         linmeta, steps, printed = run_linmeta(args, args.workloads.split(","), tmp)
     print(printed, end="")
-    version, classes = vllm_builders()
+    try:
+        version, classes = vllm_builders() if args.device == "cpu" else (None, {})
+    except ImportError:
+        version, classes = None, {}
+    if version is None:
+        os.environ.setdefault("LINMETA_VLLM_PROFILE", "vllm-0.34")
     import torch
 
     torch.set_num_threads(1)
-    print(f"\nvLLM {version} builders on CPU tensors (torch {torch.__version__}, 1 thread) against "
-          "linmeta's host target above; microseconds per build, medians of calls timed alone")
-    head = (f"{'workload':<42} {'vLLM med':>9} {'p25':>8} {'p75':>8} {'linmeta':>8} "
-            f"{'vLLM/linmeta':>12} {'plan+pack':>9} {'vLLM/(plan+pack)':>16}")
+    if version:
+        print(f"\nvLLM {version} builders on CPU tensors (torch {torch.__version__}, 1 thread) "
+              "against linmeta's host target above and linmeta.vllm's class (adapter, native: "
+              "the build it wraps); microseconds per build, medians of calls timed alone")
+    else:
+        print(f"\nno vLLM 0.34: linmeta.vllm's classes on stand-in configs, {args.device} tensors "
+              f"(torch {torch.__version__}); microseconds per build, medians of calls timed alone")
+    head = (f"{'workload':<42} {'vLLM med':>9} {'linmeta':>8} {'vLLM/linmeta':>12} "
+            f"{'vLLM/(plan+pack)':>16} {'adapter':>8} {'native':>7} {'adapter-native':>14}")
     print(head)
     rows = []
     for case in steps:
         name, builder = case["name"], case["builder"]
-        if builder not in classes:
+        if builder not in ADAPTER_CLASSES:
             continue
         ours = linmeta[name]
-        b = make_builder(classes[builder], builder, case["config"])
-        build = call_for(builder, b, case["step"])
-        md = build()
-        got = {c: int(getattr(md, c)) for c in COUNTS}
-        want = {c: ours["metadata"][c] for c in COUNTS}
-        if got != want:
-            sys.exit(f"bench_vllm_builders: {name}: vLLM's counts {got} differ from linmeta's {want}")
-        t = timed(build, args.vllm_reps, args.min_time, args.warmup)
         host = ours["host_us"]
         lin, phases = host["total"]["median"], host["plan"]["median"] + host["pack"]["median"]
-        rows.append({"workload": name, "vllm_us": t, "linmeta_host_us": host,
-                     "ratio": t["median"] / lin, "ratio_plan_pack": t["median"] / phases})
-        print(f"{name:<42} {t['median']:9.1f} {t['p25']:8.1f} {t['p75']:8.1f} {lin:8.2f} "
-              f"{t['median'] / lin:11.1f}x {phases:9.2f} {t['median'] / phases:15.1f}x")
+        row = {"workload": name, "linmeta_host_us": host}
+        make = None
+        t = None
+        if builder in classes:
+            tokens = int(case["step"]["num_actual_tokens"])
+            b = make_builder(classes[builder], builder, case["config"], tokens)
+            build = call_for(builder, b, case["step"])
+            md = build()
+            got = {c: int(getattr(md, c)) for c in COUNTS}
+            want = {c: ours["metadata"][c] for c in COUNTS}
+            if got != want:
+                sys.exit(f"bench_vllm_builders: {name}: vLLM's counts {got} differ from "
+                         f"linmeta's {want}")
+            t = timed(build, args.vllm_reps, args.min_time, args.warmup)
+            row.update(vllm_us=t, ratio=t["median"] / lin, ratio_plan_pack=t["median"] / phases)
+
+            def make(cls, builder=builder, config=case["config"], tokens=tokens):
+                return make_builder(cls, builder, config, tokens)
+        a = adapter_figures(builder, case, args, version is not None, make)
+        row["adapter_us"] = a
+        rows.append(row)
+        vllm_cols = (f"{t['median']:9.1f} {lin:8.2f} {t['median'] / lin:11.1f}x "
+                     f"{t['median'] / phases:15.1f}x" if t else
+                     f"{'-':>9} {lin:8.2f} {'-':>12} {'-':>16}")
+        print(f"{name:<42} {vllm_cols} {a['median']:8.2f} {a['native']:7.2f} {a['over']:14.2f}")
+    print()
     for r in rows:
-        if r["workload"] == PREFILL_HEAVY:
+        if r["workload"] == PREFILL_HEAVY and "ratio" in r:
             ok = "ok" if r["ratio"] >= TARGET_RATIO else "UNDER"
-            print(f"\n{PREFILL_HEAVY}: vLLM / linmeta = {r['ratio']:.1f}x "
-                  f"(target >= {TARGET_RATIO:.0f}x) {ok}")
+            print(f"{PREFILL_HEAVY}: vLLM / linmeta host target = {r['ratio']:.1f}x, vLLM / "
+                  f"(plan + pack) = {r['ratio_plan_pack']:.1f}x (target >= "
+                  f"{TARGET_RATIO:.0f}x) {ok}")
+    worst = max(rows, key=lambda r: r["adapter_us"]["over"]) if rows else None
+    if worst:
+        over = worst["adapter_us"]["over"]
+        ok = "ok" if over <= ADAPTER_TARGET_US else "OVER"
+        print(f"adapter - native, worst workload ({worst['workload']}): {over:.2f} us "
+              f"(target <= {ADAPTER_TARGET_US:.0f} us per group) {ok}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"vllm": version, "torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump({"vllm": version, "torch": torch.__version__, "device": args.device,
+                       "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -245,7 +245,7 @@ _ENGINES_LOCK = threading.Lock()
 
 def engine(kind, config, device, cls, classes) -> _Engine:
     """The engine of every live builder object of this configuration."""
-    key = (kind, str(device), cls) + tuple(sorted(config.items()))
+    key = (kind, str(device), cls, PREFETCH_TABLES) + tuple(sorted(config.items()))
     with _ENGINES_LOCK:
         e = _ENGINES.get(key)
         if e is None:
