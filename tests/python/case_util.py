@@ -115,8 +115,7 @@ def _members_json(members, to_numpy):
     for name, v in members.items():
         name = str(name)
         j[name] = _value_json(v, to_numpy)
-        if v is not None and not isinstance(v, (bool, int, list, dict)) and not hasattr(
-                v, "__dict__"):
+        if hasattr(v, "__dlpack__"):  # an array (numpy, torch, a DLPack view): its dtype
             a = to_numpy(v)
             j[name + "__dtype"] = str(a.dtype)
             if a.ndim == 2 and a.shape[0] == 0:

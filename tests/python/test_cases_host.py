@@ -94,6 +94,24 @@ def test_numpy_outputs_alias_dlpack_outputs(kind):
     cu.assert_matches(case, results, np.asarray)
 
 
+@pytest.mark.parametrize("case", CASES, ids=cu.case_id)
+def test_case_torch_outputs(case):
+    """The same with torch tensors in and out (array_type='torch')."""
+    torch = pytest.importorskip("torch")
+
+    def t_host(v):
+        return torch.tensor(v, dtype=torch.int32)
+
+    def t_bool(v):
+        return torch.tensor(v, dtype=torch.bool)
+
+    def t_table(rows):
+        return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), -1)
+
+    results, _ = cu.run_case(case, t_host, t_host, t_bool, t_table, array_type="torch")
+    cu.assert_matches(case, results, lambda a: a.numpy())
+
+
 def test_torch_cpu_inputs_and_outputs():
     torch = pytest.importorskip("torch")
     case = CASES[0]
