@@ -67,6 +67,9 @@ struct FuzzCall {
     NullSeqLens = 16,
     NullTable = 32,
     NullDeviceQsl = 64,  ///< device query_start_loc null
+    /// Device seq_lens and accepted counts from {INT32_MIN, INT32_MIN + 1, -1, 0, 1,
+    /// INT32_MAX - 1, INT32_MAX} (chosen per row from the row and its upper bound)
+    ExtremeDevice = 128,
   };
   Op op = Op::Build;
   uint8_t flags = 0;

@@ -240,6 +240,17 @@ struct StepArrays {
   size_t rows = 0;  ///< of the device arrays
   bool has_prefilling = false, has_drafts = false, null_seq_lens = false;
 
+  /// Whether a device value lies outside [-2^30, 2^30] (the old harness's limit).
+  [[nodiscard]] bool beyond_2_30() const {
+    auto beyond = [&](const int32_t* a) {
+      if (a == nullptr) return false;
+      for (size_t r = 0; r < rows; ++r)
+        if (a[r] < -(1 << 30) || a[r] > (1 << 30)) return true;
+      return false;
+    };
+    return beyond(null_seq_lens ? nullptr : seq_lens.get()) || beyond(accepted.get());
+  }
+
   /// Records the device arrays' memory and that of `tables` in `m`.
   void add_to(CallerMemory& m, const Tables& tables) const {
     m.add(seq_lens.get(), rows * sizeof(int32_t));
@@ -291,14 +302,22 @@ std::unique_ptr<StepArrays> make_arrays(const FuzzCall& k) {
     for (size_t r = 0; r < m->drafts.size(); ++r) m->drafts[r] = r < n ? k.drafts[r] : -1;
   }
   // Device arrays: the full int32 range (the finish step computes in 64 bits).
+  static constexpr int32_t kExtreme[] = {INT32_MIN, INT32_MIN + 1, -1,       0,
+                                         1,         INT32_MAX - 1, INT32_MAX};
+  const bool extreme = (k.flags & FuzzCall::ExtremeDevice) != 0;
+  auto pick = [&](size_t r, size_t shift) {
+    return kExtreme[(r + shift + static_cast<uint32_t>(k.seq_ub[r])) % 7];
+  };
   m->seq_lens.reset(new int32_t[n]);
   for (size_t r = 0; r < n; ++r)
-    m->seq_lens[r] = (k.flags & FuzzCall::DeviceSeqDiffers) ? wrap_add(k.seq_ub[r], k.seq_delta[r])
-                                                            : k.seq_ub[r];
+    m->seq_lens[r] = extreme ? pick(r, 0)
+                     : (k.flags & FuzzCall::DeviceSeqDiffers)
+                         ? wrap_add(k.seq_ub[r], k.seq_delta[r])
+                         : k.seq_ub[r];
   m->null_seq_lens = (k.flags & FuzzCall::NullSeqLens) != 0;
   if (k.flags & FuzzCall::HasAccepted) {
     m->accepted.reset(new int32_t[n]);
-    std::copy(k.accepted.begin(), k.accepted.end(), m->accepted.get());
+    for (size_t r = 0; r < n; ++r) m->accepted[r] = extreme ? pick(r, 3) : k.accepted[r];
   }
   if (!(k.flags & FuzzCall::NullDeviceQsl)) {  // the host values (linmeta never reads them)
     m->device_qsl.reset(new int32_t[n + 1]);
@@ -532,6 +551,7 @@ class Session {
     if (g_stats)
       stat("build accepted " + config_name(kind_, config_) + (groups ? " groups" : "") +
            (capture ? " capture" : ""));
+    if (g_stats && arrays->beyond_2_30()) stat("build accepted with device values beyond +-2^30");
     if (got.size() != static_cast<size_t>(groups_)) finding("a build returned a wrong group count");
     for (const Metadata& m : got) check_counts(m, step, kind_);
     for (size_t g = 0; g < got.size(); ++g) {

@@ -310,6 +310,14 @@ std::vector<FuzzProgram> edge_programs() {
     k.op = Op::BuildGroups;
     add(c, {k, update(8, 1, Given::Current, 31)});
   }
+  // Every edge program again with device seq_lens and accepted counts at the int32 extremes.
+  const size_t edges = out.size();
+  for (size_t i = 0; i < edges; ++i) {
+    FuzzProgram p = out[i];
+    for (FuzzCall& k : p.calls)
+      if (k.op != Op::Update && k.op != Op::Move) k.flags |= FuzzCall::ExtremeDevice;
+    out.push_back(std::move(p));
+  }
   return out;
 }
 
