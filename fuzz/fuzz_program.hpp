@@ -1,6 +1,8 @@
-// The fuzz input format: bytes <-> a FuzzProgram (a configuration plus a sequence of
-// builder calls). The format is written once, as `describe()` over an IO that either
-// reads (the fuzz target) or writes (the seed converter), so the two cannot drift.
+// The fuzz input format: bytes <-> a FuzzProgram (a builder kind, a configuration, a group
+// count, then a sequence of builder calls). The format is written once, as `describe()` over
+// an IO that either reads (the fuzz target) or writes (the seed converter), so the two cannot
+// drift. The configuration is described through linmeta's own Config field table
+// (`for_each_config_field`): every Config field, present and future, is in the format.
 //
 // Values are raw: nothing here keeps them valid. Whatever a value would make the
 // harness allocate is bounded later, by the harness (fuzz/linmeta_fuzz.cpp).
@@ -9,7 +11,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
+
+#include "linmeta/config.hpp"
 
 namespace linmeta::fuzz {
 
@@ -20,28 +25,35 @@ enum class Op : uint8_t {
   BuildGroups,    ///< build_groups(step, tables)
   CaptureGroups,  ///< build_groups_for_cudagraph_capture(step, tables)
   Update,         ///< update_block_table(metadata, table, group)
+  Move,           ///< the builder moved out and back (every call on the moved-from one throws)
+  Count
+};
+
+/// The metadata an update_block_table call is given.
+enum class Given : uint8_t {
+  Current,       ///< the last build's metadata of the group updated
+  OtherGroup,    ///< the last build's metadata of the next group (the same step)
+  Previous,      ///< the build before the last one's (stale: must be rejected)
+  Blank,         ///< Metadata{} (step_id 0: must be rejected)
+  OtherBuilder,  ///< the last metadata of another builder of the same kind (must be rejected)
+  Tampered,      ///< the last build's with step_id changed by `tamper` (must be rejected)
+  Forged,        ///< the build before the last one's, given the current step_id: memory safety
   Count
 };
 
 struct FuzzConfig {
-  enum Flag : uint8_t { Kda = 1, FullGraph = 2, ChunkMetadata = 4, RecoverSsm = 8 };
-  uint8_t flags = ChunkMetadata;
-  int32_t num_spec = 0;
-  int32_t max_num_seqs = 8;
-  int32_t max_num_batched_tokens = 1024;
-  int32_t max_cudagraph_capture_size = 0;
-  int32_t mamba_cache_mode = 0;  ///< raw enum value
-  int32_t block_size = 16;
-  int32_t num_speculative_blocks = 0;
-  int32_t num_prefill_checkpoint_blocks = 0;
-  int32_t num_groups = 1;
+  int32_t kind = 0;        ///< raw BuilderKind
+  int32_t num_groups = 1;  ///< raw BuilderOptions::num_groups
+  Config config;           ///< every field raw, enum values included
 };
 
-/// One block table per group: all groups share a width and a row stride.
+/// One block table per group: all groups share a row stride pad; group g's width is
+/// width + g * width_step.
 struct FuzzTable {
   int32_t width = 1;
-  int32_t stride_pad = 0;  ///< row_stride = width + stride_pad
+  int32_t stride_pad = 0;  ///< row_stride = width + stride_pad (INT32_MIN: a stride > INT32_MAX)
   int32_t salt = 0;        ///< varies the entries between tables
+  int32_t width_step = 0;  ///< width difference between consecutive groups
 };
 
 /// Arguments of one builder call. Step fields are used by the build ops, the
@@ -51,9 +63,13 @@ struct FuzzCall {
     HasPrefilling = 1,
     HasDrafts = 2,
     HasAccepted = 4,
-    DeviceSeqDiffers = 8,  ///< device seq_lens = upper bound + delta
+    DeviceSeqDiffers = 8,  ///< device seq_lens = upper bound + delta (wrapping int32)
     NullSeqLens = 16,
     NullTable = 32,
+    NullDeviceQsl = 64,  ///< device query_start_loc null
+    /// Device seq_lens and accepted counts from {INT32_MIN, INT32_MIN + 1, -1, 0, 1,
+    /// INT32_MAX - 1, INT32_MAX} (chosen per row from the row and its upper bound)
+    ExtremeDevice = 128,
   };
   Op op = Op::Build;
   uint8_t flags = 0;
@@ -65,14 +81,15 @@ struct FuzzCall {
   std::vector<int32_t> seq_delta;  ///< DeviceSeqDiffers
   std::vector<uint8_t> prefilling;
   std::vector<int32_t> drafts;
-  std::vector<int32_t> accepted;
+  std::vector<int32_t> accepted;  ///< device accepted counts, any int32
   /// Host span lengths beyond the rows (0: query_start_loc num_reqs + 1, others num_reqs).
   int32_t qsl_len_skew = 0, ub_len_skew = 0, prefilling_len_skew = 0, drafts_len_skew = 0;
   int32_t tables_skew = 0;  ///< build_groups: num_groups + skew tables
   FuzzTable table;
   // Op::Update
   int32_t group = 0;
-  uint8_t which = 0;  ///< metadata passed: 0 the last build's, 1 the one before, 2 a blank one
+  Given given = Given::Current;
+  int32_t tamper = 0;  ///< Given::Tampered: step_id + tamper (0: step_id 0)
 };
 
 struct FuzzProgram {
@@ -94,6 +111,7 @@ class Reader {
   Reader(const uint8_t* data, size_t size) : p_(data), end_(data + size) {}
   [[nodiscard]] bool done() const { return p_ == end_; }
   void byte(uint8_t& v) { v = next(); }
+  void flag(bool& v) { v = (next() & 1) != 0; }
   void value(int32_t& v) {
     const uint8_t b = next();
     if (b < 0xF8) {
@@ -133,6 +151,7 @@ class Writer {
  public:
   std::vector<uint8_t> bytes;
   void byte(const uint8_t& v) { bytes.push_back(v); }
+  void flag(const bool& v) { bytes.push_back(v ? 1 : 0); }
   void value(const int32_t& v) {
     if (v >= -8 && v <= 239) {
       bytes.push_back(static_cast<uint8_t>(v + 8));
@@ -168,18 +187,38 @@ class Writer {
   return static_cast<size_t>(num_reqs < 1 ? 1 : (num_reqs > kMaxRows ? kMaxRows : num_reqs));
 }
 
+/// An enumerator byte: any byte reads as one of the `count` enumerators.
+template <class IO, class E>
+void enumerator(IO& io, E& e, E count) {
+  auto b = static_cast<uint8_t>(e);
+  io.byte(b);
+  e = static_cast<E>(b % static_cast<uint8_t>(count));
+}
+
+/// One field of Config's field table: an int32, a bool, an enum (its raw int32 value:
+/// values outside the enumerators are fuzzed too) or an Unsettable int32.
+template <class IO, class T>
+void describe_config_field(IO& io, T&& field) {
+  using V = std::remove_cvref_t<T>;
+  if constexpr (std::is_same_v<V, bool>) {
+    io.flag(field);
+  } else if constexpr (std::is_enum_v<V>) {
+    auto raw = static_cast<int32_t>(field);
+    io.value(raw);
+    field = static_cast<V>(raw);
+  } else if constexpr (std::is_same_v<V, int32_t>) {
+    io.value(field);
+  } else {
+    io.value(field.value);  // Unsettable<int32_t>
+  }
+}
+
 template <class IO>
 void describe(IO& io, FuzzConfig& c) {
-  io.byte(c.flags);
-  io.value(c.num_spec);
-  io.value(c.max_num_seqs);
-  io.value(c.max_num_batched_tokens);
-  io.value(c.max_cudagraph_capture_size);
-  io.value(c.mamba_cache_mode);
-  io.value(c.block_size);
-  io.value(c.num_speculative_blocks);
-  io.value(c.num_prefill_checkpoint_blocks);
+  io.value(c.kind);
   io.value(c.num_groups);
+  for_each_config_field(c.config,
+                        [&](const char*, auto&& field) { describe_config_field(io, field); });
 }
 
 template <class IO>
@@ -187,17 +226,18 @@ void describe(IO& io, FuzzTable& t) {
   io.value(t.width);
   io.value(t.stride_pad);
   io.value(t.salt);
+  io.value(t.width_step);
 }
 
 template <class IO>
 void describe(IO& io, FuzzCall& k) {
-  uint8_t op = static_cast<uint8_t>(k.op);
-  io.byte(op);
-  k.op = static_cast<Op>(op % static_cast<uint8_t>(Op::Count));
+  enumerator(io, k.op, Op::Count);
+  if (k.op == Op::Move) return;
   if (k.op == Op::Update) {
     describe(io, k.table);
     io.value(k.group);
-    io.byte(k.which);
+    enumerator(io, k.given, Given::Count);
+    io.value(k.tamper);
     return;
   }
   io.byte(k.flags);

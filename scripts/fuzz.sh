@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer target fuzz/linmeta_fuzz (docs/fuzzing.md) for a given time:
 #   scripts/fuzz.sh [SECONDS] [libFuzzer flags...]     (default 180 s)
-# Builds the fuzz preset, writes the seed corpus from the public cases, fuzzes into
-# build/fuzz/corpus (kept between runs), and fails on any finding; the input that
-# triggered it lands in build/fuzz/findings/ (replay: build/fuzz/fuzz/linmeta_fuzz FILE).
+# Builds the fuzz preset, writes the seed corpus from the case files (every builder kind and
+# profile) plus edge programs, fuzzes into build/fuzz/corpus (kept between runs), and fails
+# on any finding; the input that triggered it lands in build/fuzz/findings/ (replay:
+# build/fuzz/fuzz/linmeta_fuzz FILE; docs/fuzzing.md).
 # LINMETA_FUZZ_JOBS=N runs N workers (libFuzzer -fork=N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,9 @@ cmake --build --preset fuzz
 bin=build/fuzz/fuzz
 seeds=build/fuzz/seeds corpus=build/fuzz/corpus findings=build/fuzz/findings
 rm -rf "$seeds"
-"$bin/linmeta_fuzz_seeds" tests/data/public.jsonl "$seeds"
+data=tests/data
+"$bin/linmeta_fuzz_seeds" "$seeds" $data/public.jsonl $data/seed_errors.jsonl $data/vllm034.jsonl \
+  $data/vllm034_mamba_public.jsonl $data/vllm034_mamba_public_errors.jsonl
 mkdir -p "$corpus" "$findings"
 
 args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2560 -malloc_limit_mb=1024
