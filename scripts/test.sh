@@ -35,9 +35,9 @@ cmake --build --preset tsan
 ctest --preset tsan
 
 echo "== replay tool over the case files"
-build/release/tools/linmeta-replay check tests/data/public.jsonl --target host --jobs 2
-build/release/tools/linmeta-replay check tests/data/seed_errors.jsonl --target host
-build/release/tools/linmeta-replay check tests/data/vllm034.jsonl --target host
+for f in tests/data/*.jsonl; do
+  build/release/tools/linmeta-replay check "$f" --target host --jobs 2
+done
 
 echo "== example consumer projects (find_package, add_subdirectory, FetchContent)"
 scripts/examples.sh build/release
