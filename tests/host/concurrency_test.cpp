@@ -1,9 +1,10 @@
 // Concurrency contract (docs/ARCHITECTURE.md "Threads"): builders share nothing, so
-// two builders on two threads are independent (run under ThreadSanitizer by the tsan
-// preset: ctest tests named Concurrency*); one builder must not be used from two
-// threads at once, which debug builds detect (src/reentry_guard.hpp).
+// two builders on two threads are independent; one builder must not be used from two
+// threads at once, which debug builds detect (src/reentry_guard.hpp). The tsan preset
+// (Debug) runs this file alone under ThreadSanitizer.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <random>
 #include <string>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "case_file.hpp"
+#include "host_configs.hpp"
+#include "host_step.hpp"
 #include "random_step.hpp"
 #include "src/reentry_guard.hpp"
 
@@ -122,6 +125,38 @@ TEST(Concurrency, ReleaseBuildsCarryNoGuard) {
   const auto a = none.enter("build");
   const auto b = none.enter("build");  // no state, no detection
   SUCCEED();
+}
+
+TEST(Concurrency, OneBuilderFromTwoThreadsIsDetectedInDebugBuilds) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "the detection exists in debug builds only";
+#endif
+  // Needs builder.cpp's DebugReentryGuard hook (src/reentry_guard.hpp). Both threads
+  // build until one of them is turned away; every call either builds or throws that
+  // error, and no race is left for ThreadSanitizer to report.
+  const Config c = testing::gdn_config(2, CacheMode::Align);
+  testing::HostStep s;
+  s.lens({3, 3}).seq({17, 40}).draft_counts({2, 2}).accepted_counts({1, 1}).iota_table(6);
+  GdnMetadataBuilder b(c, testing::host_options());
+  std::atomic<int> detected{0}, other_errors{0};
+  auto hammer = [&] {
+    const Step step = s.step();
+    for (int i = 0; i < 200000 && detected.load() == 0; ++i) {
+      try {
+        b.build(step);
+      } catch (const Error& e) {
+        if (std::string(e.what()).find("two threads") != std::string::npos)
+          detected.fetch_add(1);
+        else
+          other_errors.fetch_add(1);
+      }
+    }
+  };
+  std::thread t1(hammer), t2(hammer);
+  t1.join();
+  t2.join();
+  EXPECT_GT(detected.load(), 0);
+  EXPECT_EQ(other_errors.load(), 0);
 }
 
 }  // namespace

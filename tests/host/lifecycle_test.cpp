@@ -1,5 +1,4 @@
-// A builder's lifecycle: moved-from builders, which step update_block_table takes, and a
-// build whose submission fails.
+// A builder's lifecycle: moved-from builders, and a build whose submission fails.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -52,27 +51,6 @@ TEST(Lifecycle, EveryCallOnAMovedFromBuilderThrows) {
   // Move-assigning a live builder into it makes it usable again.
   a = std::move(b);
   EXPECT_EQ(a.build(s.step()).num_prefills, 1);
-}
-
-// Steps A and B with equal counts (2 decodes, 1 prefill) but other chunk metadata: the
-// metadata of A, after B was built, is refused (it would pair A's shapes with B's buffers).
-TEST(Lifecycle, UpdateBlockTableRefusesAnEarlierStepsMetadata) {
-  HostStep a, b;
-  a.lens({1, 1, 200}).seq({5, 9, 200}).prefilling({0, 0, 1}).iota_table(2);
-  b.lens({1, 1, 300}).seq({5, 9, 300}).prefilling({0, 0, 1}).iota_table(2);
-  Config c;
-  c.max_num_batched_tokens = 1024;
-  MetadataBuilder builder(BuilderKind::Gdn, c, testing::host_options());
-  const Metadata ma = builder.build(a.step());
-  const Metadata mb = builder.build(b.step());
-  ASSERT_EQ(static_cast<const StepCounts&>(ma).num_prefills, mb.num_prefills);
-  ASSERT_NE(ma.chunk_indices.rows, mb.chunk_indices.rows);
-  EXPECT_THROW(builder.update_block_table(ma, b.block_table()), Error);
-  EXPECT_NO_THROW(builder.update_block_table(mb, b.block_table()));
-  // Metadata of another builder's step is refused too.
-  MetadataBuilder other(BuilderKind::Gdn, c, testing::host_options());
-  const Metadata mo = other.build(b.step());
-  EXPECT_THROW(builder.update_block_table(mo, b.block_table()), Error);
 }
 
 /// An executor whose submission fails: a CUDA error or a full capture-slot ring.

@@ -1,6 +1,7 @@
-// Address stability (SPEC §7 D, E): FULL-graph views point at the same memory
-// every step (captured graphs read them), and each KV-cache group's buffers are
-// its own (no group-level array overlaps another group's arrays).
+// The output buffers' layout (SPEC §7 D, E; src/buffer_layout.hpp): FULL-graph views point
+// at the same memory every step (captured graphs read them), and each KV-cache group's
+// buffers are its own (no group-level array overlaps another group's arrays, and updating
+// one group leaves the others alone).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -73,7 +74,7 @@ void expect_fresh_values(BuilderKind kind, const Config& c, const HostStep& s, c
   EXPECT_EQ(cases::to_json(m, kind), cases::to_json(fresh.build(s.step()), kind));
 }
 
-TEST(Stability, GdnStagedSpecViewsKeepTheirAddresses) {
+TEST(StableAddresses, GdnStagedSpecViewsKeepTheirAddresses) {
   const Config c = graph_config(BuilderKind::Gdn, 2);
   GdnMetadataBuilder b(c, testing::host_options());
   std::mt19937 rng(1);
@@ -110,7 +111,7 @@ TEST(Stability, GdnStagedSpecViewsKeepTheirAddresses) {
 // The FULL-graph staged step of the same batch shape gives equal metadata across builds
 // (the same counts and views; only the step id differs); another shape, or another mode's
 // views, does not.
-TEST(Stability, StagedStepsOfOneShapeHaveEqualMetadata) {
+TEST(StableAddresses, StagedStepsOfOneShapeHaveEqualMetadata) {
   const Config c = graph_config(BuilderKind::Gdn, 2);
   GdnMetadataBuilder b(c, testing::host_options());
   std::mt19937 rng(3), same(3);
@@ -130,7 +131,7 @@ TEST(Stability, StagedStepsOfOneShapeHaveEqualMetadata) {
   EXPECT_FALSE(m4 == m2);  // eager: prefill views and counts
 }
 
-TEST(Stability, GdnStagedDecodeViewsKeepTheirAddresses) {
+TEST(StableAddresses, GdnStagedDecodeViewsKeepTheirAddresses) {
   const Config c = graph_config(BuilderKind::Gdn, 0);
   GdnMetadataBuilder b(c, testing::host_options());
   const void* state = nullptr;
@@ -157,7 +158,7 @@ TEST(Stability, GdnStagedDecodeViewsKeepTheirAddresses) {
   }
 }
 
-TEST(Stability, KdaStagedViewsKeepTheirAddresses) {
+TEST(StableAddresses, KdaStagedViewsKeepTheirAddresses) {
   for (bool recoverssm : {false, true}) {
     SCOPED_TRACE(recoverssm ? "recoverssm" : "native spec");
     const Config c = graph_config(BuilderKind::Kda, 3, recoverssm);
@@ -261,7 +262,7 @@ std::vector<BlockTable> views(const std::vector<HostStep>& ts) {
   return out;
 }
 
-TEST(Stability, GroupBuffersAreDisjoint) {
+TEST(GroupBuffers, AreDisjoint) {
   constexpr int32_t G = 4;
   std::mt19937 rng(3);
   for (BuilderKind kind : {BuilderKind::Gdn, BuilderKind::Kda}) {
@@ -294,7 +295,7 @@ TEST(Stability, GroupBuffersAreDisjoint) {
   }
 }
 
-TEST(Stability, UpdatingOneGroupLeavesTheOthersAlone) {
+TEST(GroupBuffers, UpdatingOneGroupLeavesTheOthersAlone) {
   constexpr int32_t G = 3;
   std::mt19937 rng(4);
   for (BuilderKind kind : {BuilderKind::Gdn, BuilderKind::Kda}) {
