@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <exception>
 #include <future>
 #include <random>
 #include <string>
@@ -17,6 +18,7 @@
 #include "host_step.hpp"
 #include "random_step.hpp"
 #include "src/reentry_guard.hpp"
+#include "submit_hook.hpp"
 
 namespace linmeta {
 namespace {
@@ -77,8 +79,16 @@ TEST(Concurrency, TwoBuildersOnTwoThreadsAreIndependent) {
   }
 }
 
-TEST(Concurrency, ReentryGuardRejectsASecondThreadWhileTheFirstIsInside) {
-  detail::ReentryGuard guard;
+/// Releases a thread parked on `leave` when it goes out of scope (early exits too).
+struct Leave {
+  std::promise<void>& leave;
+  ~Leave() { leave.set_value(); }
+};
+
+/// A first thread enters `guard` as "build" and stays inside while this thread enters it as
+/// "update_block_table": the error that entry threw, or "" when it got in.
+template <class Guard>
+std::string second_entry_error(Guard& guard) {
   std::promise<void> entered, leave;
   std::thread first([&] {
     const auto scope = guard.enter("build");
@@ -86,17 +96,25 @@ TEST(Concurrency, ReentryGuardRejectsASecondThreadWhileTheFirstIsInside) {
     leave.get_future().wait();
   });
   entered.get_future().wait();
-  try {
-    const auto scope = guard.enter("update_block_table");
-    ADD_FAILURE() << "the second entry was not detected";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("update_block_table entered while another call"), std::string::npos)
-        << what;
-    EXPECT_NE(what.find("two threads"), std::string::npos) << what;
+  std::string error;
+  {
+    const Leave release{leave};
+    try {
+      const auto scope = guard.enter("update_block_table");
+    } catch (const Error& e) {
+      error = e.what();
+    }
   }
-  leave.set_value();
   first.join();
+  return error;
+}
+
+TEST(Concurrency, ReentryGuardRejectsASecondThreadWhileTheFirstIsInside) {
+  detail::ReentryGuard guard;
+  const std::string what = second_entry_error(guard);
+  EXPECT_NE(what.find("update_block_table entered while another call"), std::string::npos)
+      << "the second entry was not detected: \"" << what << "\"";
+  EXPECT_NE(what.find("two threads"), std::string::npos) << what;
   EXPECT_NO_THROW({ const auto scope = guard.enter("build"); });  // free again
 }
 
@@ -114,49 +132,88 @@ TEST(Concurrency, ReentryGuardRejectsANestedEntryAndFreesOnUnwind) {
   EXPECT_NO_THROW({ const auto scope = guard.enter("build"); });
 }
 
+// The guard a builder carries is the real one in debug builds and an empty type whose
+// entries never collide in release builds: a second thread gets in while the first is inside.
 TEST(Concurrency, ReleaseBuildsCarryNoGuard) {
   static_assert(std::is_empty_v<detail::NoReentryGuard>);
 #ifdef NDEBUG
   static_assert(std::is_same_v<detail::DebugReentryGuard, detail::NoReentryGuard>);
+  const bool release = true;
 #else
   static_assert(std::is_same_v<detail::DebugReentryGuard, detail::ReentryGuard>);
+  const bool release = false;
 #endif
   detail::NoReentryGuard none;
-  const auto a = none.enter("build");
-  const auto b = none.enter("build");  // no state, no detection
-  SUCCEED();
+  EXPECT_EQ(second_entry_error(none), "") << "NoReentryGuard detected a second entry";
+  detail::DebugReentryGuard guard;  // what MetadataBuilder::Impl holds in this build
+  const std::string error = second_entry_error(guard);
+  if (release)
+    EXPECT_EQ(error, "") << "a release build detected a second entry";
+  else
+    EXPECT_NE(error.find("two threads"), std::string::npos) << "not detected: \"" << error << "\"";
 }
 
-TEST(Concurrency, OneBuilderFromTwoThreadsIsDetectedInDebugBuilds) {
+// One builder entered by a second thread while a first thread's build() is inside it, made
+// certain by a hook that parks the first build in its submission (past the re-entry guard)
+// until the second thread's calls have returned: both calls are turned away in debug builds,
+// the parked build then finishes as if alone, and the builder works afterwards.
+TEST(Concurrency, OverlappingCallsOnOneBuilderAreDetectedInDebugBuilds) {
 #ifdef NDEBUG
-  GTEST_SKIP() << "the detection exists in debug builds only";
+  GTEST_SKIP() << "the detection exists in debug builds only (the tsan preset runs it); "
+                  "ReleaseBuildsCarryNoGuard checks release builds";
 #endif
-  // Needs builder.cpp's DebugReentryGuard hook (src/reentry_guard.hpp). Both threads
-  // build until one of them is turned away; every call either builds or throws that
-  // error, and no race is left for ThreadSanitizer to report.
   const Config c = testing::gdn_config(2, CacheMode::Align);
   testing::HostStep s;
   s.lens({3, 3}).seq({17, 40}).draft_counts({2, 2}).accepted_counts({1, 1}).iota_table(6);
+  const Step step = s.step();
+  GdnMetadataBuilder ref(c, testing::host_options());
+  const cases::json expected = cases::to_json(ref.build(step), BuilderKind::Gdn);
+
   GdnMetadataBuilder b(c, testing::host_options());
-  std::atomic<int> detected{0}, other_errors{0};
-  auto hammer = [&] {
-    const Step step = s.step();
-    for (int i = 0; i < 200000 && detected.load() == 0; ++i) {
+  const Metadata before = b.build(step);  // a last built step for update_block_table
+  std::promise<void> parked, leave;
+  std::atomic<bool> park{true};
+  std::string update_error, build_error, first_error;
+  cases::json first_result;
+  {
+    const testing::SubmitHook hook(b, [&] {
+      if (park.exchange(false)) {  // the first submission only
+        parked.set_value();
+        leave.get_future().wait();
+      }
+    });
+    std::thread first([&] {
+      try {
+        first_result = cases::to_json(b.build(step), BuilderKind::Gdn);
+      } catch (const std::exception& e) {  // never parked: let the test go on and fail
+        first_error = e.what();
+        if (park.exchange(false)) parked.set_value();
+      }
+    });
+    parked.get_future().wait();
+    {
+      const Leave release{leave};
+      try {
+        b.update_block_table(before, s.block_table());
+      } catch (const Error& e) {
+        update_error = e.what();
+      }
       try {
         b.build(step);
       } catch (const Error& e) {
-        if (std::string(e.what()).find("two threads") != std::string::npos)
-          detected.fetch_add(1);
-        else
-          other_errors.fetch_add(1);
+        build_error = e.what();
       }
     }
-  };
-  std::thread t1(hammer), t2(hammer);
-  t1.join();
-  t2.join();
-  EXPECT_GT(detected.load(), 0);
-  EXPECT_EQ(other_errors.load(), 0);
+    first.join();
+  }
+  EXPECT_NE(update_error.find("update_block_table entered while another call"), std::string::npos)
+      << "not detected: \"" << update_error << "\"";
+  EXPECT_NE(build_error.find("build entered while another call"), std::string::npos)
+      << "not detected: \"" << build_error << "\"";
+  EXPECT_NE(build_error.find("two threads"), std::string::npos) << build_error;
+  EXPECT_EQ(first_error, "");
+  EXPECT_EQ(first_result, expected);
+  EXPECT_EQ(cases::to_json(b.build(step), BuilderKind::Gdn), expected);  // the guard is free
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include "case_file.hpp"
 #include "host_step.hpp"
 #include "linmeta/linmeta.hpp"
-#include "src/builder_impl.hpp"
+#include "submit_hook.hpp"
 
 namespace linmeta {
 namespace {
@@ -53,24 +53,6 @@ TEST(Lifecycle, EveryCallOnAMovedFromBuilderThrows) {
   EXPECT_EQ(a.build(s.step()).num_prefills, 1);
 }
 
-/// An executor whose submission fails: a CUDA error or a full capture-slot ring.
-class FailingExecutor final : public detail::Executor {
- public:
-  explicit FailingExecutor(std::unique_ptr<detail::Executor> inner) : inner_(std::move(inner)) {}
-  std::unique_ptr<detail::Executor> release() { return std::move(inner_); }
-  detail::ArenaSpan arena() override { return inner_->arena(); }
-  void submit(detail::LaunchHeader&, int32_t, Stream) override {
-    throw Error("linmeta: injected submission failure");
-  }
-  [[nodiscard]] char* buffers() const override { return inner_->buffers(); }
-  [[nodiscard]] int64_t pinned_bytes() const override { return 0; }
-  [[nodiscard]] int64_t buffer_bytes() const override { return inner_->buffer_bytes(); }
-  [[nodiscard]] int32_t last_param_bytes() const override { return 0; }
-
- private:
-  std::unique_ptr<detail::Executor> inner_;
-};
-
 // A build whose submission throws leaves the last built step as it was: the metadata the
 // previous build returned (its views and counts), and update_block_table on that step.
 TEST(Lifecycle, AFailedSubmissionLeavesTheLastBuiltStep) {
@@ -83,14 +65,13 @@ TEST(Lifecycle, AFailedSubmissionLeavesTheLastBuiltStep) {
   const Metadata& returned = builder.build(first.step());
   const Metadata kept = returned;
   const cases::json kept_json = cases::to_json(kept, BuilderKind::Gdn);
-  MetadataBuilder::Impl& impl = builder.impl();
-  auto failing = std::make_unique<FailingExecutor>(std::move(impl.executor_));
-  FailingExecutor* injected = failing.get();
-  impl.executor_ = std::move(failing);
-  EXPECT_THROW(builder.build(second.step()), Error);
-  EXPECT_TRUE(returned == kept) << "the metadata of the last build changed";
-  EXPECT_EQ(cases::to_json(returned, BuilderKind::Gdn), kept_json);
-  impl.executor_ = injected->release();
+  {  // a CUDA error or a full capture-slot ring
+    const testing::SubmitHook failing(builder,
+                                      [] { throw Error("linmeta: injected submission failure"); });
+    EXPECT_THROW(builder.build(second.step()), Error);
+    EXPECT_TRUE(returned == kept) << "the metadata of the last build changed";
+    EXPECT_EQ(cases::to_json(returned, BuilderKind::Gdn), kept_json);
+  }
   // update_block_table still belongs to the first step (its plan, its metadata).
   HostStep other = first;
   other.iota_table(2, 8, 5000);
