@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "case_file.hpp"
+#include "common/test_seed.hpp"
 #include "host_configs.hpp"
 #include "host_step.hpp"
 #include "random_step.hpp"
@@ -46,14 +47,16 @@ std::vector<cases::json> run_steps(BuilderKind kind, const Config& config, int32
 
 struct Workload {
   BuilderKind kind;
+  uint32_t seed;
   Config config;
   int32_t groups;
   std::vector<RandomStep> steps;
 };
 
-Workload workload(BuilderKind kind, uint32_t seed, int32_t groups, int32_t num_steps) {
+Workload workload(BuilderKind kind, uint32_t fixed_seed, int32_t groups, int32_t num_steps) {
+  const uint32_t seed = testing::test_seed(fixed_seed);
   std::mt19937 rng(seed);
-  Workload w{kind, testing::random_config(rng, kind), groups, {}};
+  Workload w{kind, seed, testing::random_config(rng, kind), groups, {}};
   w.config.max_num_batched_tokens = 16384;  // every random step fits one builder
   const testing::RandomStepOptions o{kind, groups, 1000, true};
   for (int32_t i = 0; i < num_steps; ++i) w.steps.push_back(testing::random_step(rng, w.config, o));
@@ -69,6 +72,7 @@ TEST(Concurrency, TwoBuildersOnTwoThreadsAreIndependent) {
       {workload(BuilderKind::Kda, 15, 1, 60), workload(BuilderKind::Kda, 16, 2, 60)},
   };
   for (const auto& [a, b] : pairs) {
+    SCOPED_TRACE(testing::seed_note(a.seed) + " and " + testing::seed_note(b.seed));
     auto run = [](const Workload& w) { return run_steps(w.kind, w.config, w.groups, w.steps); };
     auto fa = std::async(std::launch::async, run, std::cref(a));
     auto fb = std::async(std::launch::async, run, std::cref(b));

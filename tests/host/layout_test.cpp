@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "case_file.hpp"
+#include "common/test_seed.hpp"
 #include "host_step.hpp"
 
 namespace linmeta {
@@ -77,7 +78,9 @@ void expect_fresh_values(BuilderKind kind, const Config& c, const HostStep& s, c
 TEST(StableAddresses, GdnStagedSpecViewsKeepTheirAddresses) {
   const Config c = graph_config(BuilderKind::Gdn, 2);
   GdnMetadataBuilder b(c, testing::host_options());
-  std::mt19937 rng(1);
+  const uint32_t seed = testing::test_seed(1);
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed);
   const void* state = nullptr;
   const void* masks = nullptr;
   const void* qsl = nullptr;
@@ -114,7 +117,9 @@ TEST(StableAddresses, GdnStagedSpecViewsKeepTheirAddresses) {
 TEST(StableAddresses, StagedStepsOfOneShapeHaveEqualMetadata) {
   const Config c = graph_config(BuilderKind::Gdn, 2);
   GdnMetadataBuilder b(c, testing::host_options());
-  std::mt19937 rng(3), same(3);
+  const uint32_t seed = testing::test_seed(3);
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed), same(seed);
   const HostStep first = spec_step(rng, 2, 5, 2, 1000);
   const Metadata m1 = b.build(first.step());
   b.build(mixed_step(2, 9000).step());
@@ -163,7 +168,9 @@ TEST(StableAddresses, KdaStagedViewsKeepTheirAddresses) {
     SCOPED_TRACE(recoverssm ? "recoverssm" : "native spec");
     const Config c = graph_config(BuilderKind::Kda, 3, recoverssm);
     KdaMetadataBuilder b(c, testing::host_options());
-    std::mt19937 rng(2);
+    const uint32_t seed = testing::test_seed(2);
+    SCOPED_TRACE(testing::seed_note(seed));
+    std::mt19937 rng(seed);
     const void* state = nullptr;
     const void* qsl = nullptr;
     const void* accepted = nullptr;
@@ -264,7 +271,9 @@ std::vector<BlockTable> views(const std::vector<HostStep>& ts) {
 
 TEST(GroupBuffers, AreDisjoint) {
   constexpr int32_t G = 4;
-  std::mt19937 rng(3);
+  const uint32_t seed = testing::test_seed(3);
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed);
   for (BuilderKind kind : {BuilderKind::Gdn, BuilderKind::Kda}) {
     SCOPED_TRACE(kind == BuilderKind::Gdn ? "gdn" : "kda");
     Config c = graph_config(kind, 2);
@@ -297,7 +306,9 @@ TEST(GroupBuffers, AreDisjoint) {
 
 TEST(GroupBuffers, UpdatingOneGroupLeavesTheOthersAlone) {
   constexpr int32_t G = 3;
-  std::mt19937 rng(4);
+  const uint32_t seed = testing::test_seed(4);
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed);
   for (BuilderKind kind : {BuilderKind::Gdn, BuilderKind::Kda}) {
     SCOPED_TRACE(kind == BuilderKind::Gdn ? "gdn" : "kda");
     const Config c = graph_config(kind, 2);

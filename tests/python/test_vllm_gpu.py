@@ -24,7 +24,9 @@ SEEDS, RUNNER, LV = u.load()
 CASES = u.load_cases()
 DEV = "cuda"
 RANDOM_STEPS = int(os.environ.get("LINMETA_VLLM_GPU_RANDOM_STEPS", "1000"))
-RUN_SEED = int(os.environ.get("LINMETA_TEST_SEED", random.SystemRandom().randrange(1 << 30)))
+# Fixed unless LINMETA_TEST_SEED is set (docs/testing.md): every run, CI's included, draws the
+# same steps; LINMETA_TEST_SEED=N draws others and repeats them for the same N.
+RUN_SEED = int(os.environ.get("LINMETA_TEST_SEED", "1"))
 CACHE_ONLY_FIELD = "spec_sequence_masks_cpu"
 
 

@@ -1,8 +1,8 @@
 """linmeta.vllm against the seed builders run live (CPU tensors, ../shared/oracle).
 
 Every public case and >= 2,000 random steps per run (seeded generator with
-tests/random_step.hpp's distribution; the seed is printed on failure and can be fixed with
-LINMETA_TEST_SEED), compared object to object: every field's value, dtype, shape, device and
+tools/common/random_step.hpp's distribution; a fixed seed unless LINMETA_TEST_SEED is set,
+printed on failure), compared object to object: every field's value, dtype, shape, device and
 None-ness, the dataclass types, nums_dict's structure, KDA's commit / checkpoint objects and
 the RecoverSSM context.
 """
@@ -24,7 +24,9 @@ if not u.oracle_available():
 SEEDS, RUNNER, LV = u.load()
 CASES = u.load_cases()
 RANDOM_STEPS = int(os.environ.get("LINMETA_VLLM_RANDOM_STEPS", "2000"))
-RUN_SEED = int(os.environ.get("LINMETA_TEST_SEED", random.SystemRandom().randrange(1 << 30)))
+# Fixed unless LINMETA_TEST_SEED is set (docs/testing.md): every run, CI's included, draws the
+# same steps; LINMETA_TEST_SEED=N draws others and repeats them for the same N.
+RUN_SEED = int(os.environ.get("LINMETA_TEST_SEED", "1"))
 
 # The one documented divergence: the seed's per-step cache leaves spec_sequence_masks_cpu
 # unset on the groups it serves (runner.py / cases README). linmeta.vllm sets it on every
@@ -93,7 +95,8 @@ def _random_steps(steps, seed):
         for i, c, d in failures[:3]
     )
     assert not failures, (
-        f"{len(failures)} of {steps} random steps differ (LINMETA_TEST_SEED={seed}):\n{msg}"
+        f"{len(failures)} of {steps} random steps differ "
+        f"(seed {seed}, LINMETA_TEST_SEED={RUN_SEED}):\n{msg}"
     )
     assert counts["groups"] > steps // 5 and counts["capture"] > 0, counts
 
