@@ -1,5 +1,6 @@
-# Warnings for host and device code alike; errors when LINMETA_WERROR is on (the default when
-# linmeta is the top-level project, so a consumer's newer compiler cannot break its build).
+# Warnings for host and device code alike; errors when LINMETA_WERROR is on (off by default, on
+# in every CMake preset: CI and development builds), so that another compiler's new warnings
+# cannot break a consumer's build or `pip install .`.
 function(linmeta_warnings target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion>

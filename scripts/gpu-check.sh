@@ -23,6 +23,7 @@
 #   OUT                          logs go to $OUT/gpu-check-*.log (else a temporary folder)
 #   LINMETA_SANITIZER_STEPS      random steps per builder kind under the sanitizers (2000)
 #   LINMETA_SOAK_STEPS           random steps per builder kind of the soak stage (20000)
+#   LINMETA_TEST_SEED            other random steps than the fixed seeds' (docs/testing.md)
 #   LINMETA_SANITIZER_FILTER     gtest filter of the sanitizer stages
 #   LINMETA_GPU_TEST_ARGS        extra arguments of the gpu-tests stage (e.g. a --gtest_filter)
 #   COMPUTE_SANITIZER            path of compute-sanitizer (else PATH, then /usr/local/cuda)

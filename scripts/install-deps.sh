@@ -17,8 +17,29 @@ if ((${#missing[@]})); then
   echo "install-deps: installing ${missing[*]}"
   sudo_cmd=()
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+  # Another apt or dpkg (unattended-upgrades, a second CI job) may hold the package manager's
+  # locks: every apt-get call waits for them, up to LINMETA_APT_LOCK_TIMEOUT seconds (600).
+  lock_timeout=${LINMETA_APT_LOCK_TIMEOUT:-600}
+  apt_get=("${sudo_cmd[@]}" apt-get -o DPkg::Lock::Timeout="$lock_timeout")
+  echo "install-deps: if another apt or dpkg is running, waiting up to ${lock_timeout} s for its lock"
+  # DPkg::Lock::Timeout covers dpkg's locks; apt-get update also takes /var/lib/apt/lists/lock,
+  # which older apt does not wait for: retry while that lock is taken.
+  waited=0
+  until update_log=$("${apt_get[@]}" update -qq 2>&1); do
+    if [[ $update_log != *"Could not get lock"* ]] || ((waited >= lock_timeout)); then
+      echo "$update_log" >&2
+      echo "install-deps: apt-get update failed (after ${waited} s of waiting for a lock)" >&2
+      exit 1
+    fi
+    sleep 5
+    waited=$((waited + 5))
+  done
+  [[ -z $update_log ]] || echo "$update_log"
+  if ! DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq "${missing[@]}" >/dev/null; then
+    echo "install-deps: apt-get install failed (did another apt or dpkg still hold its lock" \
+      "after ${lock_timeout} s? run it again once that one has finished)" >&2
+    exit 1
+  fi
 fi
 
 if ! command -v nvcc >/dev/null 2>&1; then

@@ -22,8 +22,8 @@ ctest --preset release
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer (host tests)"
 cmake --preset asan
-cmake --build --preset asan --target linmeta_tests linmeta-replay linmeta-bench linmeta_fatbin_check \
-  engine_loop
+cmake --build --preset asan --target linmeta_tests linmeta-replay linmeta-replay-test-hook \
+  linmeta-bench linmeta_fatbin_check engine_loop
 ctest --preset asan
 
 echo "== fuzz target: ${LINMETA_CI_FUZZ_SECONDS:-180} s, fails on any finding (docs/fuzzing.md)"

@@ -22,10 +22,12 @@ constexpr const char* kUsage = R"(usage: linmeta-replay check|run FILE.jsonl [op
 
   check   runs every case and compares every expected field; prints one line per problem
           (FILE:LINE: case: ...) and ends with 'N passed, M failed'; exit status 1 when a
-          case failed or a line is malformed (such lines count as failures)
+          case failed or a line is malformed (such lines count as failures); a
+          linmeta::InternalError (a bug of linmeta) is a failure whatever the case expects
   run     prints each case's metadata, one JSON object per line, under vLLM's field names
           ("line", "name", "group" for multi-group steps; "error" when linmeta rejects the
-          step); exit status 1 when a line is malformed
+          step, "internal_error" for a linmeta::InternalError); exit status 1 when a line is
+          malformed or an internal error occurred
 
   --target host|cuda   builder target (default host)
   --filter SUBSTRING   only the cases whose name contains SUBSTRING
@@ -46,6 +48,7 @@ struct Args {
   std::string filter;
   int jobs = 1;
   bool allow_skip = false;
+  bool inject_internal_error = false;  ///< test builds only (LINMETA_REPLAY_TEST_HOOK)
 };
 
 Args parse_args(int argc, char** argv) {
@@ -76,6 +79,10 @@ Args parse_args(int argc, char** argv) {
       a.jobs = static_cast<int>(n);
     } else if (arg == "--allow-skip") {
       a.allow_skip = true;
+#ifdef LINMETA_REPLAY_TEST_HOOK
+    } else if (arg == "--inject-internal-error") {  // every case throws an InternalError
+      a.inject_internal_error = true;
+#endif
     } else {
       usage_error("unknown argument '" + std::string(arg) + "'");
     }
@@ -92,6 +99,7 @@ enum class Verdict {
 /// What one line of the file gave: a verdict, the lines to print, in order.
 struct Outcome {
   Verdict verdict = Verdict::Pass;
+  bool internal_error = false;   ///< linmeta threw an InternalError (a Fail)
   std::vector<std::string> out;  ///< stdout lines (run: JSON; check: problems)
 };
 
@@ -128,7 +136,18 @@ Outcome replay_line(const cases::Line& line, const Args& a) {
   const std::string label = where + c.name + ": ";
   std::vector<json> got;
   try {
+    if (a.inject_internal_error)
+      throw linmeta::InternalError("injected by --inject-internal-error (a test build)");
     got = cases::run_case(c, a.target);
+  } catch (const linmeta::InternalError& e) {
+    // A broken invariant of linmeta, never an answer to the step: a failure even where the
+    // reference rejected the step too.
+    o.internal_error = true;
+    if (a.check) return fail(c.name + ": " + e.what() + " (a bug of linmeta, not of the step)");
+    o.verdict = Verdict::Fail;
+    o.out.push_back(
+        dumped(json{{"line", line.number}, {"name", c.name}, {"internal_error", e.what()}}));
+    return o;
   } catch (const linmeta::Error& e) {
     if (!a.check) {
       o.out.push_back(dumped(json{{"line", line.number}, {"name", c.name}, {"error", e.what()}}));
@@ -160,7 +179,8 @@ Outcome replay_line(const cases::Line& line, const Args& a) {
     return o;
   }
   if (c.expected_groups.empty())
-    return fail(c.name + ": no 'expected' and no 'error': nothing to check against (`run` prints "
+    return fail(c.name +
+                ": no 'expected' and no 'error': nothing to check against (`run` prints "
                 "the metadata)");
   if (got.size() != c.expected_groups.size())
     return fail(c.name + ": " + std::to_string(got.size()) + " groups of metadata, " +
@@ -255,18 +275,24 @@ int main(int argc, char** argv) {
   worker();
   pool.clear();
 
-  int passed = 0, failed = 0, answered = 0;
+  int passed = 0, failed = 0, answered = 0, internal = 0;
   for (const auto& o : outcomes) {
     for (const auto& s : o.out) std::cout << s << "\n";
     passed += o.verdict == Verdict::Pass;
     failed += o.verdict == Verdict::Fail;
     answered += o.verdict == Verdict::Answered;
+    internal += o.internal_error;
   }
   std::cout.flush();
   if (!a.check) {
-    if (failed > 0) std::fprintf(stderr, "linmeta-replay: %d malformed lines\n", failed);
+    if (failed > internal)
+      std::fprintf(stderr, "linmeta-replay: %d malformed lines\n", failed - internal);
+    if (internal > 0)
+      std::fprintf(stderr, "linmeta-replay: %d internal errors (bugs of linmeta)\n", internal);
     return failed == 0 ? 0 : 1;
   }
+  if (internal > 0)
+    std::printf("%d internal errors (bugs of linmeta, counted as failed)\n", internal);
   if (answered > 0)
     std::printf(
         "%d reference raised, linmeta answered (reference bugs on valid steps, SPEC §8; "

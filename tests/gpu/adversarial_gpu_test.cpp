@@ -39,7 +39,9 @@ class AdversarialDeviceInputsGpu : public GpuParamTest<BuilderKind> {};
 
 TEST_P(AdversarialDeviceInputsGpu, DefinedAndInBoundsOnBothTargets) {
   const BuilderKind kind = GetParam();
-  std::mt19937 rng(0xad1u + static_cast<uint32_t>(kind));
+  const uint32_t seed = testing::test_seed(0xad1u + static_cast<uint32_t>(kind));
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed);
   StreamHandle stream;
   DeviceStep dev(size_t{16} << 20);
   const int steps = env_int("LINMETA_ADVERSARIAL_STEPS", 400);

@@ -74,8 +74,9 @@ TEST_P(RingSafetyGpu, BackToBackBuildsWithoutSyncMatchSynchronisedHostBuilds) {
   const auto [kind, G, slots, rows] = GetParam();
   constexpr int kSteps = 64;
   const Config cfg = async_config(kind, rows);
-  const auto steps =
-      random_steps(kind, cfg, G, kSteps, 0xa5a5u + static_cast<uint32_t>(G * 16 + slots));
+  const uint32_t seed = testing::test_seed(0xa5a5u + static_cast<uint32_t>(G * 16 + slots));
+  SCOPED_TRACE(testing::seed_note(seed));
+  const auto steps = random_steps(kind, cfg, G, kSteps, seed);
 
   // Every step keeps its own device inputs: the finish kernels read them later.
   std::vector<DeviceStep> dev(kSteps);
@@ -153,7 +154,9 @@ TEST_P(NoSyncGpu, BuildsReturnWhileTheStreamIsBusy) {
   constexpr long long kSpinNs = 2'000'000'000;  // the spin kernel's own time limit
   const Config cfg = async_config(kind);
   const int n = 2 * slots + slots;
-  const auto steps = random_steps(kind, cfg, 1, n, 0xb0b0u + static_cast<uint32_t>(slots));
+  const uint32_t seed = testing::test_seed(0xb0b0u + static_cast<uint32_t>(slots));
+  SCOPED_TRACE(testing::seed_note(seed));
+  const auto steps = random_steps(kind, cfg, 1, n, seed);
   std::vector<DeviceStep> dev(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) dev[static_cast<size_t>(i)].upload(steps[static_cast<size_t>(i)]);
 

@@ -57,7 +57,9 @@ RandomStep large_mixed(std::mt19937& rng, const Config& cfg, BuilderKind kind, i
 TEST_P(CaptureGpu, OneLaunchAndReplayRestoresTheCapturedStep) {
   const auto [kind, G, large] = GetParam();
   const Config cfg = capture_config(kind, large);
-  std::mt19937 rng(0xcafeu + static_cast<uint32_t>(G));
+  const uint32_t seed = testing::test_seed(0xcafeu + static_cast<uint32_t>(G));
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed);
   const std::vector<char> no(6, 0);
   // Spec decodes only (FULL-graph staged, persistent buffers), two padding rows.
   auto spec_only = [&] {

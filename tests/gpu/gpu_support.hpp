@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "case_file.hpp"
+#include "common/test_seed.hpp"
 #include "random_step.hpp"
 #include "step_json.hpp"
 

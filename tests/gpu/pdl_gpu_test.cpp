@@ -19,7 +19,9 @@ class PdlGpu : public GpuParamTest<std::tuple<BuilderKind, bool /*capture*/>> {}
 
 TEST_P(PdlGpu, BuildWaitsForTheProducerOfItsDeviceInputs) {
   const auto [kind, captured] = GetParam();
-  std::mt19937 rng(kind == BuilderKind::Gdn ? 0x9d1u : 0x9d2u);
+  const uint32_t seed = testing::test_seed(kind == BuilderKind::Gdn ? 0x9d1u : 0x9d2u);
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed);
   StreamHandle stream;
   DeviceStep dev(size_t{16} << 20);
   DeviceMemory truth(size_t{1} << 20);

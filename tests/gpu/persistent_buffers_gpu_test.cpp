@@ -22,7 +22,9 @@ TEST_P(DeviceMemoryGpu, ThousandBuildsAllocateNothing) {
   constexpr int32_t G = 4;
   constexpr int kDistinct = 40;
   constexpr int kBuilds = 1000;
-  std::mt19937 rng(kind == BuilderKind::Gdn ? 0xd00du : 0xd11du);
+  const uint32_t seed = testing::test_seed(kind == BuilderKind::Gdn ? 0xd00du : 0xd11du);
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed);
   Config cfg = random_config(rng, kind);
   cfg.num_spec = 2;
   cfg.full_cuda_graph = true;
@@ -125,7 +127,9 @@ TEST_P(PersistentAddressGpu, StableAcrossStepsAndDistinctPerGroup) {
   cfg.block_size = 16;
   cfg.num_speculative_blocks = 2;
   cfg.chunk_metadata = kind == BuilderKind::Gdn;
-  std::mt19937 rng(0xadd0u + static_cast<uint32_t>(G));
+  const uint32_t seed = testing::test_seed(0xadd0u + static_cast<uint32_t>(G));
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed);
 
   enum Shape { SpecOnly, DecodeOnly, Mixed };
   auto make = [&](Shape s) {

@@ -2,7 +2,7 @@
 // metadata on the cuda and host targets, for every builder kind, both profiles (GDN, KDA),
 // every configuration knob, 1 to 48 KV-cache groups, capture builds, strided block tables,
 // PDL launches on and off. LINMETA_RANDOM_STEPS sets the steps per builder kind (default
-// 20000).
+// 20000), LINMETA_TEST_SEED draws other steps (tests/common/test_seed.hpp).
 #include <chrono>
 #include <iostream>
 
@@ -126,7 +126,8 @@ class RandomEquivalenceGpu : public GpuParamTest<BuilderKind> {};
 TEST_P(RandomEquivalenceGpu, CudaTargetMatchesHostTarget) {
   const BuilderKind kind = GetParam();
   const int total = env_int("LINMETA_RANDOM_STEPS", 20000);
-  const uint32_t seed = 0x6d6e1u + 0x1000u * static_cast<uint32_t>(kind);
+  const uint32_t seed = testing::test_seed(0x6d6e1u + 0x1000u * static_cast<uint32_t>(kind));
+  SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937 rng(seed);
   StreamHandle stream;
   DeviceStep dev(size_t{64} << 20);  // generous: regrows only for a larger step

@@ -16,7 +16,9 @@ class UpdateBlockTableGpu : public GpuParamTest<BuilderKind> {};
 
 TEST_P(UpdateBlockTableGpu, EqualsFreshBuildAndKeepsOtherFields) {
   const BuilderKind kind = GetParam();
-  std::mt19937 rng(0x0bdu + 0x100u * static_cast<uint32_t>(kind));
+  const uint32_t seed = testing::test_seed(0x0bdu + 0x100u * static_cast<uint32_t>(kind));
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed);
   StreamHandle stream;
   DeviceStep dev(size_t{16} << 20), fresh(size_t{16} << 20);
   int checked = 0, failures = 0;

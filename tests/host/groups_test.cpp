@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "case_file.hpp"
+#include "common/test_seed.hpp"
 #include "host_step.hpp"
 #include "random_step.hpp"
 
@@ -74,7 +75,10 @@ TEST_P(Groups, MultiGroupBuildEqualsIndependentBuildsAndUpdateBlockTableRegather
   const auto [kind, G] = GetParam();
   const int32_t num_steps = steps_for(G);
   constexpr int32_t kStepsPerConfig = 10;
-  std::mt19937 rng(static_cast<uint32_t>(1000 * G + (kind == BuilderKind::Kda ? 7 : 0)));
+  const uint32_t seed =
+      testing::test_seed(static_cast<uint32_t>(1000 * G + (kind == BuilderKind::Kda ? 7 : 0)));
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed);
   const RandomStepOptions options{kind, G, 3000, true};
   int32_t checked_updates = 0;
   Config config;

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "host_configs.hpp"
 #include "host_step.hpp"
 #include "linmeta/error.hpp"
 #include "src/step_plan.hpp"
@@ -19,14 +20,8 @@ using testing::rows_of;
 using testing::vec;
 
 Config config(BuilderKind kind, Profile profile, int32_t k, CacheMode mode = CacheMode::None) {
-  Config c;
+  Config c = testing::gdn_config(k, mode);
   c.profile = profile;
-  c.num_spec = k;
-  c.num_speculative_blocks = k;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 1024;
-  c.mamba_cache_mode = mode;
-  c.block_size = 16;
   c.chunk_metadata = kind == BuilderKind::Gdn;
   c.prefill_backend = kind == BuilderKind::Kda ? PrefillBackend::FlashKda : PrefillBackend::Triton;
   return c;

@@ -4,40 +4,25 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <optional>
 #include <span>
 
+#include "case_file.hpp"
+#include "host_configs.hpp"
 #include "host_step.hpp"
 #include "src/split.hpp"
 
 namespace linmeta {
 namespace {
 
+using testing::gdn_config;
 using testing::HostStep;
 using testing::Ints;
 using testing::Ints2;
+using testing::kda_config;
 using testing::rows_of;
 using testing::vec;
-
-Config gdn_config(int32_t num_spec, CacheMode mode = CacheMode::None, bool full_graph = false) {
-  Config c;
-  c.num_spec = num_spec;
-  c.num_speculative_blocks = num_spec;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 1024;
-  c.full_cuda_graph = full_graph;
-  c.mamba_cache_mode = mode;
-  c.block_size = 16;
-  return c;
-}
-
-Config kda_config(int32_t num_spec, bool recoverssm = false, CacheMode mode = CacheMode::None) {
-  Config c = gdn_config(num_spec, mode);
-  c.chunk_metadata = false;
-  c.use_recoverssm = recoverssm;
-  c.num_speculative_blocks = recoverssm ? 0 : num_spec;
-  return c;
-}
 
 struct Counts {
   int32_t decodes, decode_tokens, prefills, prefill_tokens, spec_decodes, spec_decode_tokens;
@@ -389,6 +374,30 @@ TEST(GdnSpecDetection, ARowWithZeroDraftsIsStillASpecRow) {
   expect_conv(m, {1}, {0}, {0});
 }
 
+// Spec detection reads the draft counts row by row, never their sum (INT_MAX + INT_MAX + 2
+// wrapped to 0 in int32 and a spec step became a non-spec one).
+TEST(GdnSpecDetection, DraftCountsAreNotSummed) {
+  // Spec rows with no draft at all take the regular path; one draft anywhere among them
+  // takes the spec path (SPEC §7 A).
+  GdnMetadataBuilder b(gdn_config(2), testing::host_options());
+  HostStep s;
+  s.lens({1, 1, 1}).seq({5, 6, 7}).accepted_counts({1, 1, 1}).iota_table(3);
+  s.draft_counts({0, 0, -1});
+  EXPECT_EQ(b.build(s.step()).num_spec_decodes, 0);
+  s.draft_counts({0, 1, -1});
+  s.lens({1, 2, 1}).iota_table(3);
+  EXPECT_EQ(b.build(s.step()).num_spec_decodes, 2);
+}
+
+TEST(GdnSpecDetection, DraftsAreNotReadWithSpeculativeDecodingOff) {
+  GdnMetadataBuilder b(gdn_config(0), testing::host_options());
+  HostStep s;
+  s.lens({1, 1}).seq({5, 6}).draft_counts({5, INT_MAX}).iota_table(1);
+  const Metadata& m = b.build(s.step());
+  EXPECT_EQ(m.num_decodes, 2);
+  EXPECT_EQ(m.num_spec_decodes, 0);
+}
+
 // ---- SPEC §7 B1: GDN no-spec rules ---------------------------------------------
 
 TEST(GdnFreshPrompt, OneTokenFirstChunkIsAPrefill) {
@@ -661,7 +670,7 @@ TEST(Kda, ZeroDraftsWithoutRecoverSsmIsTheRegularPath) {
   EXPECT_EQ(vec(m.non_spec_query_start_loc), (Ints{0, 1, 2, 2}));
 }
 
-TEST(Kda, StagedPureSpecPadsStateQslAndAccepted) {
+TEST(KdaStaging, PureSpecPadsStateQslAndAccepted) {
   Config c = kda_config(2);
   c.full_cuda_graph = true;
   KdaMetadataBuilder b(c, testing::host_options());
@@ -720,6 +729,33 @@ TEST(KdaRecoverSsm, ZeroDraftsStillTakesTheSpecPath) {
   expect_counts(m, {0, 0, 0, 0, 2, 2});
   EXPECT_EQ(vec(m.num_accepted_tokens), (Ints{1, 1}));
   EXPECT_TRUE(m.recoverssm_commit.has_value());
+}
+
+// SPEC §8: under RecoverSSM the accepted counts are all ones, so the device array is never
+// read and may be absent. Pure spec (staged and eager) and mixed steps.
+TEST(KdaRecoverSsm, NullAcceptedCountsReadAsOnes) {
+  HostStep pure;
+  pure.lens({3, 2, 1, 0}).seq({30, 40, 50, 0}).prefilling({0, 0, 0, 0});
+  pure.draft_counts({2, 1, -1, -1}).accepted_counts({3, 2, 1, 1}).iota_table(3);
+  HostStep mixed;
+  mixed.lens({3, 1, 34, 0}).seq({30, 40, 50, 0}).prefilling({0, 0, 1, 0});
+  mixed.draft_counts({2, -1, -1, -1}).accepted_counts({2, 1, 1, 1}).iota_table(3);
+  for (bool graph : {false, true})
+    for (const HostStep& given : {pure, mixed}) {
+      SCOPED_TRACE(graph ? "FULL graphs" : "eager");
+      Config c = kda_config(2, /*recoverssm=*/true);
+      c.full_cuda_graph = graph;
+      KdaMetadataBuilder with(c, testing::host_options());
+      KdaMetadataBuilder without(c, testing::host_options());
+      HostStep absent = given;
+      absent.has_accepted = false;
+      const Metadata& a = without.build(absent.step());
+      ASSERT_TRUE(a.num_accepted_tokens.present);
+      for (int64_t i = 0; i < a.num_accepted_tokens.size(); ++i)
+        EXPECT_EQ(a.num_accepted_tokens.at(i), 1) << i;
+      EXPECT_EQ(cases::to_json(a, BuilderKind::Kda),
+                cases::to_json(with.build(given.step()), BuilderKind::Kda));
+    }
 }
 
 TEST(KdaRecoverSsm, MixedStepHasRequestIndicesAndAlignCommit) {
@@ -839,7 +875,7 @@ TEST(KdaCheckpoint, RecoverSsmWithOnlyPrefillsUsesEveryRow) {
 // FULL-graph spec staging of more rows than decode_cudagraph_max_bs (D = 10): RecoverSSM
 // stages max_num_seqs rows of state indices, but the reference's query_start_loc / accepted
 // slices [:B + 1] / [:B] stop at the ends of its [D + 1] / [D] buffers.
-TEST(Staging, KdaRecoverSsmRowsPastTheCaptureSizeKeepTheBufferSlices) {
+TEST(KdaStaging, RecoverSsmRowsPastTheCaptureSizeKeepTheBufferSlices) {
   Config c = kda_config(1, /*recoverssm=*/true);
   c.max_num_seqs = 64;
   c.max_num_batched_tokens = 2048;

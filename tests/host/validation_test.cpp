@@ -1,126 +1,42 @@
-// Input validation (SPEC §1, §2): every rejected step or configuration throws
-// linmeta::Error naming the field (and the row / values where there are some),
-// and a rejected build writes nothing: the metadata of the last good build keeps
-// its exact JSON, and the builder still builds afterwards.
+// Step validation (SPEC §1, §2): every rejected step throws linmeta::Error naming the field
+// (and the row / values where there are some), and a rejected build writes nothing: the
+// metadata of the last good build keeps its exact JSON, and the builder still builds
+// afterwards. Values at the int32 limits (sums, differences and products that once wrapped)
+// are rejected by name, never by an internal error.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "case_file.hpp"
+#include "host_configs.hpp"
 #include "host_step.hpp"
+#include "rejection.hpp"
 
 namespace linmeta {
 namespace {
 
-using cases::json;
+using testing::add_tokens_from;
+using testing::all_bases;
+using testing::Base;
+using testing::expect_error;
+using testing::gdn_config;
+using testing::gdn_decode;
+using testing::gdn_mixed;
+using testing::gdn_staged;
 using testing::HostStep;
-
-/// A builder's configuration plus the valid step built before the bad one.
-struct Base {
-  std::string name;
-  BuilderKind kind = BuilderKind::Gdn;
-  Config config;
-  HostStep step;
-  int32_t groups = 1;
-};
-
-Config gdn_config() {
-  Config c;
-  c.num_spec = 2;
-  c.num_speculative_blocks = 2;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 1024;
-  c.full_cuda_graph = true;
-  c.block_size = 16;
-  return c;
-}
-
-Config kda_config() {
-  Config c = gdn_config();
-  c.full_cuda_graph = false;
-  c.chunk_metadata = false;
-  c.use_recoverssm = true;
-  c.num_speculative_blocks = 0;
-  c.mamba_cache_mode = CacheMode::Align;
-  c.num_prefill_checkpoint_blocks = 1;
-  return c;
-}
-
-/// GDN, last build staged into the FULL-graph buffers.
-Base gdn_staged() {
-  HostStep s;
-  s.lens({3, 3, 0, 0}).seq({30, 40, 0, 0}).prefilling({0, 0, 0, 0}).draft_counts({2, 2, -1, -1});
-  s.accepted_counts({1, 2, 1, 1}).tokens(8).iota_table(4);
-  return {"gdn staged pure spec", BuilderKind::Gdn, gdn_config(), s};
-}
-
-/// GDN, last build an eager mixed step (spec + prefill: every GDN array present).
-Base gdn_mixed() {
-  HostStep s;
-  s.lens({3, 3, 5, 0}).seq({30, 40, 5, 0}).prefilling({0, 0, 1, 0}).draft_counts({2, 2, -1, -1});
-  s.accepted_counts({1, 2, 1, 1}).iota_table(4);
-  return {"gdn mixed", BuilderKind::Gdn, gdn_config(), s};
-}
-
-/// GDN, last build a staged decode step (no drafts).
-Base gdn_decode() {
-  HostStep s;
-  s.lens({1, 1, 1, 0}).seq({30, 40, 5, 0}).prefilling({0, 0, 0, 0}).iota_table(4);
-  return {"gdn staged decode", BuilderKind::Gdn, gdn_config(), s};
-}
-
-/// KDA RecoverSSM, align mode, checkpoints: commit, request indices and checkpoint present.
-Base kda_mixed() {
-  HostStep s;
-  s.lens({3, 1, 34, 0}).seq({30, 40, 50, 0}).prefilling({0, 0, 1, 0}).draft_counts({2, -1, -1, -1});
-  s.accepted_counts({2, 1, 1, 1}).iota_table(5);
-  return {"kda recoverssm mixed", BuilderKind::Kda, kda_config(), s};
-}
-
-std::vector<Base> all_bases() { return {gdn_staged(), gdn_mixed(), gdn_decode(), kda_mixed()}; }
-std::vector<Base> spec_bases() { return {gdn_staged(), gdn_mixed(), kda_mixed()}; }
+using testing::kda_config;
+using testing::kda_mixed;
+using testing::Snapshot;
+using testing::spec_bases;
 
 using MakeBad = std::function<Step(HostStep&)>;
 using Call = std::function<void(MetadataBuilder&, const Step&)>;
 
 void plain_build(MetadataBuilder& b, const Step& s) { b.build(s); }
-
-/// Runs `call` and checks it throws linmeta::Error whose message holds every needle.
-void expect_error(const std::function<void()>& call, const std::vector<std::string>& needles,
-                  const std::string& where) {
-  try {
-    call();
-    ADD_FAILURE() << where << ": no linmeta::Error thrown";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    for (const auto& n : needles)
-      EXPECT_NE(what.find(n), std::string::npos)
-          << where << ": message \"" << what << "\" lacks \"" << n << "\"";
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << where << ": not a linmeta::Error: " << e.what();
-  }
-}
-
-/// Snapshots of builder-owned metadata, to prove a failed call wrote nothing.
-class Snapshot {
- public:
-  Snapshot(std::span<const Metadata> ms, BuilderKind kind)
-      : kind_(kind), ms_(ms.begin(), ms.end()) {
-    for (const auto& m : ms_) json_.push_back(cases::to_json(m, kind_));
-  }
-  void expect_unchanged(const std::string& where) const {
-    for (size_t g = 0; g < ms_.size(); ++g)
-      EXPECT_EQ(cases::to_json(ms_[g], kind_), json_[g]) << where << ": group " << g << " changed";
-  }
-  [[nodiscard]] const json& at(size_t g) const { return json_[g]; }
-
- private:
-  BuilderKind kind_;
-  std::vector<Metadata> ms_;
-  std::vector<json> json_;
-};
 
 /// Builds base.step, makes the bad step, expects `call` to be rejected with the
 /// needles, then checks the good metadata is untouched and the builder recovers.
@@ -139,13 +55,9 @@ void expect_rejected(const Base& base, const MakeBad& make_bad,
       << base.name << ": the builder does not recover";
 }
 
-void add_tokens_from(HostStep& s, int32_t row, int32_t extra) {
-  for (size_t i = static_cast<size_t>(row) + 1; i < s.qsl.size(); ++i) s.qsl[i] += extra;
-}
-
 // ---- query_start_loc / token counts / rows ------------------------------------
 
-TEST(Validation, QueryStartLocMustStartAtZero) {
+TEST(StepValidation, QueryStartLocMustStartAtZero) {
   for (const Base& base : all_bases())
     expect_rejected(base,
                     [](HostStep& s) {
@@ -155,7 +67,7 @@ TEST(Validation, QueryStartLocMustStartAtZero) {
                     {"query_start_loc_cpu[0] = 1", "must be 0"});
 }
 
-TEST(Validation, QueryStartLocMustNotDecrease) {
+TEST(StepValidation, QueryStartLocMustNotDecrease) {
   for (const Base& base : all_bases())
     expect_rejected(
         base,
@@ -167,7 +79,7 @@ TEST(Validation, QueryStartLocMustNotDecrease) {
          "[2] = " + std::to_string(base.step.qsl[1] - 1)});
 }
 
-TEST(Validation, QueryStartLocNeedsNumReqsPlusOneEntries) {
+TEST(StepValidation, QueryStartLocNeedsNumReqsPlusOneEntries) {
   for (const Base& base : all_bases()) {
     expect_rejected(base,
                     [](HostStep& s) {
@@ -186,7 +98,27 @@ TEST(Validation, QueryStartLocNeedsNumReqsPlusOneEntries) {
   }
 }
 
-TEST(Validation, NumActualTokensBelowTheQueryTotal) {
+TEST(StepValidation, WrappedQueryStartLocIsRejected) {
+  const Config c = gdn_config(2);
+  for (BuilderKind kind : {BuilderKind::Gdn, BuilderKind::Kda}) {
+    MetadataBuilder b(kind, c, testing::host_options());
+    HostStep s;
+    s.lens({1, 1}).seq({5, 5}).iota_table(1);
+    s.qsl = {0, INT_MAX, INT_MIN};  // INT_MIN - INT_MAX wraps to 1 in int32
+    s.tokens(4);
+    expect_error([&] { b.build(s.step()); }, {"query_start_loc_cpu decreases at row 1",
+                                              "[1] = 2147483647", "[2] = -2147483648"});
+    s.qsl = {0, INT_MIN + 5, 7};  // a first row of negative length that wraps
+    expect_error([&] { b.build(s.step()); }, {"query_start_loc_cpu decreases at row 0"});
+    // A total above the token capacity names num_actual_tokens, not an internal error.
+    s.qsl = {0, 1, INT_MAX};
+    s.tokens(INT_MAX);
+    expect_error([&] { b.build(s.step()); },
+                 {"num_actual_tokens = 2147483647", "max_num_batched_tokens"});
+  }
+}
+
+TEST(StepValidation, NumActualTokensBelowTheQueryTotal) {
   for (const Base& base : all_bases()) {
     const int32_t total = base.step.qsl.back();
     expect_rejected(base,
@@ -199,7 +131,7 @@ TEST(Validation, NumActualTokensBelowTheQueryTotal) {
   }
 }
 
-TEST(Validation, NumActualTokensAboveMaxNumBatchedTokens) {
+TEST(StepValidation, NumActualTokensAboveMaxNumBatchedTokens) {
   for (const Base& base : all_bases())
     expect_rejected(base,
                     [](HostStep& s) {
@@ -209,7 +141,7 @@ TEST(Validation, NumActualTokensAboveMaxNumBatchedTokens) {
                     {"num_actual_tokens = 1025", "max_num_batched_tokens = 1024"});
 }
 
-TEST(Validation, NumReqsAboveMaxNumSeqs) {
+TEST(StepValidation, NumReqsAboveMaxNumSeqs) {
   for (const Base& base : all_bases())
     expect_rejected(base,
                     [](HostStep& s) {
@@ -219,7 +151,7 @@ TEST(Validation, NumReqsAboveMaxNumSeqs) {
                     {"num_reqs = 9", "max_num_seqs = 8"});
 }
 
-TEST(Validation, NumReqsBelowOne) {
+TEST(StepValidation, NumReqsBelowOne) {
   for (const Base& base : all_bases())
     expect_rejected(base,
                     [](HostStep& s) {
@@ -232,7 +164,7 @@ TEST(Validation, NumReqsBelowOne) {
 
 // ---- per-row values --------------------------------------------------------------
 
-TEST(Validation, DraftCountBelowMinusOne) {
+TEST(StepValidation, DraftCountBelowMinusOne) {
   for (const Base& base : spec_bases())
     expect_rejected(base,
                     [](HostStep& s) {
@@ -242,7 +174,26 @@ TEST(Validation, DraftCountBelowMinusOne) {
                     {"num_decode_draft_tokens[2] = -2", "below -1"});
 }
 
-TEST(Validation, NegativeSeqLensUpperBound) {
+TEST(StepValidation, DraftCountsAboveNumSpecAreRejected) {
+  const Config c = gdn_config(3);
+  for (BuilderKind kind : {BuilderKind::Gdn, BuilderKind::Kda}) {
+    MetadataBuilder b(kind, c, testing::host_options());
+    HostStep s;
+    s.lens({1, 1, 3}).seq({5, 6, 7}).prefilling({0, 0, 0}).accepted_counts({1, 1, 1});
+    s.iota_table(4);
+    // INT_MAX + INT_MAX + 2 = 2^32 summed to 0 in int32: the spec step became a non-spec one.
+    s.draft_counts({INT_MAX, INT_MAX, 2});
+    expect_error([&] { b.build(s.step()); },
+                 {"num_decode_draft_tokens[0] = 2147483647", "exceeds num_spec = 3"});
+    s.draft_counts({0, 4, 2});
+    expect_error([&] { b.build(s.step()); }, {"num_decode_draft_tokens[1] = 4", "num_spec = 3"});
+    // -1 and 0..num_spec are valid.
+    s.draft_counts({-1, 0, 2});
+    EXPECT_NO_THROW(b.build(s.step()));
+  }
+}
+
+TEST(StepValidation, NegativeSeqLensUpperBound) {
   for (const Base& base : all_bases())
     expect_rejected(base,
                     [](HostStep& s) {
@@ -252,7 +203,7 @@ TEST(Validation, NegativeSeqLensUpperBound) {
                     {"seq_lens_cpu_upper_bound[1] = -3", "negative"});
 }
 
-TEST(Validation, GdnSpecRowLongerThanNumSpecPlusOne) {
+TEST(StepValidation, GdnSpecRowLongerThanNumSpecPlusOne) {
   for (const Base& base : {gdn_staged(), gdn_mixed()})
     expect_rejected(base,
                     [](HostStep& s) {
@@ -262,7 +213,7 @@ TEST(Validation, GdnSpecRowLongerThanNumSpecPlusOne) {
                     {"spec-decode row 1", "query length 4", "num_spec + 1 = 3"});
 }
 
-TEST(Validation, KdaRecoverSsmActivationCapacity) {
+TEST(StepValidation, KdaRecoverSsmActivationCapacity) {
   // Row 1 is a draftless, non-prefilling row: RecoverSSM makes it a spec row.
   expect_rejected(
       kda_mixed(),
@@ -273,7 +224,7 @@ TEST(Validation, KdaRecoverSsmActivationCapacity) {
       {"RecoverSSM", "activation capacity", "row 1", "query length 5", "num_spec + 1 = 3"});
 }
 
-TEST(Validation, KdaRecoverSsmNeedsIsPrefilling) {
+TEST(StepValidation, KdaRecoverSsmNeedsIsPrefilling) {
   expect_rejected(kda_mixed(),
                   [](HostStep& s) {
                     s.is_prefilling.clear();
@@ -282,7 +233,7 @@ TEST(Validation, KdaRecoverSsmNeedsIsPrefilling) {
                   {"is_prefilling is required"});
 }
 
-TEST(Validation, KdaSpecStepWithNonSpecRowsNeedsIsPrefilling) {
+TEST(StepValidation, KdaSpecStepWithNonSpecRowsNeedsIsPrefilling) {
   Base base = kda_mixed();
   base.config.use_recoverssm = false;
   base.config.num_speculative_blocks = 2;
@@ -297,7 +248,7 @@ TEST(Validation, KdaSpecStepWithNonSpecRowsNeedsIsPrefilling) {
 
 // ---- block tables --------------------------------------------------------------
 
-TEST(Validation, BlockTableTooNarrowForTheAlignedGather) {
+TEST(StepValidation, BlockTableTooNarrowForTheAlignedGather) {
   Base base = gdn_mixed();
   base.name = "gdn align";
   base.config.mamba_cache_mode = CacheMode::Align;
@@ -311,7 +262,7 @@ TEST(Validation, BlockTableTooNarrowForTheAlignedGather) {
                    "aligned state gather", "width = 4"});
 }
 
-TEST(Validation, BlockTableTooNarrowForTheStagedSpecState) {
+TEST(StepValidation, BlockTableTooNarrowForTheStagedSpecState) {
   expect_rejected(
       gdn_staged(),
       [](HostStep& s) {
@@ -321,7 +272,7 @@ TEST(Validation, BlockTableTooNarrowForTheStagedSpecState) {
       {"block_table of group 0 is too narrow", "3 columns", "staged spec state", "width = 2"});
 }
 
-TEST(Validation, BlockTableBadWidthOrStride) {
+TEST(StepValidation, BlockTableBadWidthOrStride) {
   for (const Base& base : all_bases()) {
     expect_rejected(base,
                     [](HostStep& s) {
@@ -341,9 +292,57 @@ TEST(Validation, BlockTableBadWidthOrStride) {
   }
 }
 
+// The aligned gather's width is computed in 64 bits: with block_size 1 and an upper bound of
+// INT32_MAX the gather starts at column INT32_MAX - 1 and reads 3 columns; in int32 that
+// wrapped negative and a 4-wide table was accepted (then read far outside its rows).
+TEST(StepValidation, AlignedWidthOfAHugeUpperBoundDoesNotWrap) {
+  Config c = gdn_config(2, CacheMode::Align);
+  c.block_size = 1;
+  HostStep s;
+  s.lens({3, 3}).seq({10, 12}).draft_counts({2, 2}).accepted_counts({1, 1}).iota_table(4);
+  s.seq_ub = {INT_MAX, 12};
+  for (BuilderKind kind : {BuilderKind::Gdn, BuilderKind::Kda}) {
+    MetadataBuilder b(kind, c, testing::host_options());
+    expect_error([&] { b.build(s.step()); },
+                 {"block_table of group 0 is too narrow", "row 0 reads 2147483649 columns",
+                  "aligned state gather", "width = 4"});
+    // Capture builds plan the same width.
+    HostStep cap = s;
+    cap.has_drafts = cap.has_accepted = false;
+    expect_error([&] { b.build_for_cudagraph_capture(cap.step()); }, {"2147483649 columns"});
+  }
+}
+
+TEST(StepValidation, AlignedWidthStillAcceptsAWideEnoughTable) {
+  Config c = gdn_config(2, CacheMode::Align);
+  c.block_size = 1000000000;  // one block holds every sequence: start column 0
+  HostStep s;
+  s.lens({3, 3}).seq({INT_MAX, 12}).draft_counts({2, 2}).accepted_counts({1, 1}).iota_table(3);
+  GdnMetadataBuilder b(c, testing::host_options());
+  // (INT32_MAX - 1) / 1e9 = 2: start column 2, so 5 columns are needed.
+  expect_error([&] { b.build(s.step()); }, {"reads 5 columns"});
+  s.iota_table(5);
+  s.seq_lens = {1, 12};  // the device value: start 0
+  const Metadata& m = b.build(s.step());
+  EXPECT_EQ(testing::rows_of(m.spec_state_indices_tensor),
+            (testing::Ints2{{100, 101, 102}, {108, 109, 110}}));
+}
+
+TEST(StepValidation, RowStridesThatWouldWrapARowOffsetAreRejected) {
+  GdnMetadataBuilder b(gdn_config(2), testing::host_options());
+  HostStep s;
+  s.lens({3, 3}).seq({10, 12}).draft_counts({2, 2}).accepted_counts({1, 1}).iota_table(4);
+  Step bad = s.step();
+  bad.block_table.row_stride = INT64_MAX / 2;  // row 1's offset alone is past any memory
+  expect_error([&] { b.build(bad); },
+               {"block_table of group 0", "row_stride = 4611686018427387903", "exceeds INT32_MAX"});
+  const Metadata built = b.build(s.step());
+  expect_error([&] { b.update_block_table(built, bad.block_table); }, {"exceeds INT32_MAX"});
+}
+
 // ---- null device pointers ---------------------------------------------------------
 
-TEST(Validation, NullSeqLens) {
+TEST(StepValidation, NullSeqLens) {
   for (const Base& base : all_bases())
     expect_rejected(base,
                     [](HostStep& s) {
@@ -354,7 +353,7 @@ TEST(Validation, NullSeqLens) {
                     {"seq_lens", "null"});
 }
 
-TEST(Validation, NullBlockTable) {
+TEST(StepValidation, NullBlockTable) {
   for (const Base& base : all_bases())
     expect_rejected(base,
                     [](HostStep& s) {
@@ -365,8 +364,9 @@ TEST(Validation, NullBlockTable) {
                     {"block_table of group 0 is null"});
 }
 
-TEST(Validation, NullNumAcceptedTokensOnASpecStep) {
-  // Not KDA RecoverSSM: its accepted counts are all ones, never read (hardening_test).
+TEST(StepValidation, NullNumAcceptedTokensOnASpecStep) {
+  // Not KDA RecoverSSM: its accepted counts are all ones, never read
+  // (KdaRecoverSsm.NullAcceptedCountsReadAsOnes).
   for (const Base& base : {gdn_staged(), gdn_mixed()})
     expect_rejected(base,
                     [](HostStep& s) {
@@ -376,9 +376,19 @@ TEST(Validation, NullNumAcceptedTokensOnASpecStep) {
                     {"num_accepted_tokens", "null"});
 }
 
+TEST(StepValidation, NullAcceptedCountsRejectedWhereTheyAreRead) {
+  HostStep s;
+  s.lens({3, 2}).seq({30, 40}).prefilling({0, 0}).draft_counts({2, 1}).iota_table(3);
+  for (auto [kind, c] :
+       {std::pair{BuilderKind::Gdn, gdn_config(2)}, std::pair{BuilderKind::Kda, kda_config(2)}}) {
+    MetadataBuilder b(kind, c, testing::host_options());
+    expect_error([&] { b.build(s.step()); }, {"num_accepted_tokens (device) is null"});
+  }
+}
+
 // ---- sizes that disagree ----------------------------------------------------------
 
-TEST(Validation, SeqLensUpperBoundSize) {
+TEST(StepValidation, SeqLensUpperBoundSize) {
   for (const Base& base : all_bases())
     expect_rejected(base,
                     [](HostStep& s) {
@@ -388,7 +398,7 @@ TEST(Validation, SeqLensUpperBoundSize) {
                     {"seq_lens_cpu_upper_bound has 3 entries", "num_reqs = 4"});
 }
 
-TEST(Validation, IsPrefillingSize) {
+TEST(StepValidation, IsPrefillingSize) {
   for (const Base& base : all_bases())
     expect_rejected(base,
                     [](HostStep& s) {
@@ -398,7 +408,7 @@ TEST(Validation, IsPrefillingSize) {
                     {"is_prefilling has 5 entries", "num_reqs = 4"});
 }
 
-TEST(Validation, DraftsSize) {
+TEST(StepValidation, DraftsSize) {
   for (const Base& base : all_bases())
     expect_rejected(base,
                     [](HostStep& s) {
@@ -411,7 +421,7 @@ TEST(Validation, DraftsSize) {
 
 // ---- capture builds -----------------------------------------------------------------
 
-TEST(Validation, CaptureAboveDecodeCudagraphMaxBs) {
+TEST(StepValidation, CaptureAboveDecodeCudagraphMaxBs) {
   Base base = gdn_staged();
   base.config.max_cudagraph_capture_size = 8;  // D = min(8 * 3, 8) = 8
   expect_rejected(
@@ -426,7 +436,7 @@ TEST(Validation, CaptureAboveDecodeCudagraphMaxBs) {
 
 // ---- groups -------------------------------------------------------------------------
 
-TEST(Validation, WrongNumberOfTablesForBuildGroups) {
+TEST(StepValidation, WrongNumberOfTablesForBuildGroups) {
   const Base base = gdn_mixed();
   HostStep other = base.step;
   other.iota_table(4, 8, 900);
@@ -448,117 +458,6 @@ TEST(Validation, WrongNumberOfTablesForBuildGroups) {
   expect_error([&] { b.build_groups(base.step.step(), bad); }, {"block_table of group 1 is null"},
                "null table of group 1");
   snap.expect_unchanged("null table of group 1");
-}
-
-// ---- update_block_table ---------------------------------------------------------------
-
-TEST(Validation, UpdateBlockTableRejections) {
-  for (const Base& base : all_bases()) {
-    SCOPED_TRACE(base.name);
-    MetadataBuilder b(base.kind, base.config, testing::host_options());
-    expect_error([&] { b.update_block_table(Metadata{}, base.step.block_table()); },
-                 {"update_block_table before any build"}, "before build");
-    const Metadata good = b.build(base.step.step());
-    const Snapshot snap({&good, 1}, base.kind);
-    expect_error([&] { b.update_block_table(good, base.step.block_table(), 1); },
-                 {"update_block_table group = 1", "[0, 1)"}, "group out of range");
-    BlockTable null_table = base.step.block_table();
-    null_table.data = nullptr;
-    expect_error([&] { b.update_block_table(good, null_table); },
-                 {"block_table of group 0 is null"}, "null table");
-    HostStep narrow = base.step;
-    narrow.iota_table(base.kind == BuilderKind::Kda ? 3 : 1, 8, 700);
-    if (base.kind == BuilderKind::Kda || base.name == "gdn staged pure spec")
-      expect_error([&] { b.update_block_table(good, narrow.block_table()); }, {"too narrow"},
-                   "narrow table");
-    Metadata stale = good;
-    stale.step_id += 1;
-    expect_error([&] { b.update_block_table(stale, base.step.block_table()); }, {"last built step"},
-                 "metadata of another step");
-    snap.expect_unchanged("update_block_table");
-  }
-}
-
-TEST(Validation, UpdateBlockTableAfterARejectedBuildStillUsesTheLastGoodStep) {
-  for (const Base& base : all_bases()) {
-    SCOPED_TRACE(base.name);
-    MetadataBuilder b(base.kind, base.config, testing::host_options());
-    MetadataBuilder ref(base.kind, base.config, testing::host_options());
-    const Metadata good = b.build(base.step.step());
-    HostStep early = base.step;  // rejected before planning starts
-    early.tokens(1025);
-    EXPECT_THROW(b.build(early.step()), Error);
-    if (base.step.has_drafts) {
-      HostStep late = base.step;  // rejected halfway through planning
-      add_tokens_from(late, 1, base.kind == BuilderKind::Kda ? 4 : 1);
-      EXPECT_THROW(b.build(late.step()), Error);
-    }
-    HostStep other = base.step;
-    other.iota_table(other.width, 8, 5000);
-    const Metadata updated = b.update_block_table(good, other.block_table());
-    EXPECT_EQ(cases::to_json(updated, base.kind),
-              cases::to_json(ref.build(other.step()), base.kind));
-  }
-}
-
-// ---- configuration ------------------------------------------------------------------
-
-void expect_bad_config(const Config& c, BuilderKind kind, const std::vector<std::string>& needles) {
-  expect_error([&] { validate_config(c, kind); }, needles, "validate_config");
-  expect_error([&] { MetadataBuilder b(kind, c, testing::host_options()); }, needles,
-               "constructor");
-}
-
-TEST(Validation, InvalidConfigs) {
-  const Config good = gdn_config();
-  EXPECT_NO_THROW(validate_config(good, BuilderKind::Gdn));
-  EXPECT_NO_THROW(validate_config(kda_config(), BuilderKind::Kda));
-  auto with = [&](auto edit) {
-    Config c = good;
-    edit(c);
-    return c;
-  };
-  expect_bad_config(with([](Config& c) { c.max_num_seqs = 0; }), BuilderKind::Gdn,
-                    {"config.max_num_seqs = 0"});
-  expect_bad_config(with([](Config& c) { c.max_num_batched_tokens = -1; }), BuilderKind::Gdn,
-                    {"config.max_num_batched_tokens = -1"});
-  expect_bad_config(with([](Config& c) { c.block_size = 0; }), BuilderKind::Kda,
-                    {"config.block_size = 0"});
-  expect_bad_config(with([](Config& c) { c.num_spec = -1; }), BuilderKind::Gdn,
-                    {"config.num_spec = -1"});
-  expect_bad_config(with([](Config& c) { c.num_speculative_blocks = -1; }), BuilderKind::Gdn,
-                    {"config.num_speculative_blocks = -1"});
-  expect_bad_config(with([](Config& c) { c.num_prefill_checkpoint_blocks = -1; }), BuilderKind::Kda,
-                    {"config.num_prefill_checkpoint_blocks = -1"});
-  expect_bad_config(with([](Config& c) { c.use_recoverssm = true; }), BuilderKind::Gdn,
-                    {"config.use_recoverssm"});
-  expect_bad_config(with([](Config& c) {
-                      c.mamba_cache_mode = CacheMode::Align;
-                      c.num_speculative_blocks = 1;
-                    }),
-                    BuilderKind::Gdn, {"config.num_speculative_blocks = 1", "num_spec + 1"});
-}
-
-TEST(Validation, EnumsOutsideTheirEnumerators) {
-  for (const int32_t v : {-1, 2, 77}) {
-    Config c = gdn_config();
-    c.profile = static_cast<Profile>(v);
-    expect_bad_config(c, BuilderKind::Gdn, {"config.profile = " + std::to_string(v)});
-  }
-  for (const int32_t v : {-1, 3, 77}) {
-    Config c = kda_config();
-    c.prefill_backend = static_cast<PrefillBackend>(v);
-    expect_bad_config(c, BuilderKind::Kda, {"config.prefill_backend = " + std::to_string(v)});
-  }
-}
-
-TEST(Validation, InvalidGroupCounts) {
-  for (int32_t groups : {0, -1, kMaxNumGroups + 1, 1 << 20, INT32_MAX})
-    expect_error(
-        [&] { MetadataBuilder b(BuilderKind::Gdn, gdn_config(), testing::host_options(groups)); },
-        {"options.num_groups = " + std::to_string(groups), "kMaxNumGroups = 64"}, "num_groups");
-  EXPECT_NO_THROW(
-      MetadataBuilder(BuilderKind::Gdn, gdn_config(), testing::host_options(kMaxNumGroups)));
 }
 
 }  // namespace

@@ -21,6 +21,9 @@ struct RandomStepOptions {
   /// Probability that every spec row of a step drafts 0 tokens (rule R1/K1 of the
   /// vllm-0.34 profile); 0 draws nothing, leaving the random stream as it was.
   double zero_drafts = 0;
+  /// Rows of every step (cut to what the step's kind allows: max_num_seqs, or a capture
+  /// batch's limit); 0 draws a row count, as before.
+  int32_t num_reqs = 0;
 };
 
 /// A step with host copies of every array; `step()` views them given the
@@ -143,7 +146,7 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
   enum Role { Decode, Spec, Prefill, Pad };
   const int32_t max_rows =
       r.capture ? std::min(config.max_num_seqs, mamba ? D : D / (k + 1)) : config.max_num_seqs;
-  const int32_t n = uniform(rng, 1, max_rows);
+  const int32_t n = o.num_reqs > 0 ? std::min(o.num_reqs, max_rows) : uniform(rng, 1, max_rows);
   const int32_t pads = coin(rng, 0.4) ? uniform(rng, 0, std::min(n - 1, 8)) : 0;
   const int32_t shape = uniform(rng, 0, 4);  // decode, spec, prefill, decode+prefill, any
   std::vector<Role> roles;
