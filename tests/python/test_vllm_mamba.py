@@ -122,7 +122,8 @@ def i32(values):
 
 def common_metadata(case):
     """One CommonAttentionMetadata per group (the same step tensors, each group's block
-    table), and the step's (num_accepted_tokens, num_decode_draft_tokens_cpu)."""
+    table, and, as vLLM 0.34's runner makes them, a fresh slice of is_prefilling per group),
+    and the step's (num_accepted_tokens, num_decode_draft_tokens_cpu)."""
     s = case["step"]
     qsl, upper = s["query_start_loc"], s["seq_lens_cpu_upper_bound"]
     n = len(s["seq_lens"])
@@ -137,10 +138,11 @@ def common_metadata(case):
         max_seq_len=max(upper, default=0),
         slot_mapping=torch.zeros(int(s["num_actual_tokens"]), dtype=torch.int64),
         causal=True,
-        is_prefilling=None if s["is_prefilling"] is None else torch.tensor(
-            s["is_prefilling"], dtype=torch.bool),
     )
-    ms = [types.SimpleNamespace(**base, block_table_tensor=i32(t).reshape(n, -1))
+    prefilling = None if s["is_prefilling"] is None else torch.tensor(
+        s["is_prefilling"], dtype=torch.bool)
+    ms = [types.SimpleNamespace(**base, block_table_tensor=i32(t).reshape(n, -1),
+                                is_prefilling=None if prefilling is None else prefilling[:n])
           for t in cu.tables(case)]
     accepted = None if s["num_accepted_tokens"] is None else i32(s["num_accepted_tokens"])
     drafts = None if s["num_decode_draft_tokens_cpu"] is None else i32(
@@ -155,11 +157,14 @@ def builders_of(lv, case, groups, **over):
 
 
 def call(b, case, m, accepted, drafts):
-    """One build as vLLM 0.34's runner calls it."""
+    """One build as vLLM 0.34's runner calls it (the counts sliced afresh for each call, as
+    its get_extra_attn_kwargs does)."""
     if case["mode"] == "capture":
         return b.build_for_cudagraph_capture(m)
     if case["builder"] in GETS_SPEC_KWARGS:
-        return b.build(0, m, num_accepted_tokens=accepted, num_decode_draft_tokens_cpu=drafts)
+        n = m.num_reqs
+        return b.build(0, m, num_accepted_tokens=None if accepted is None else accepted[:n],
+                       num_decode_draft_tokens_cpu=None if drafts is None else drafts[:n])
     return b.build(0, m)
 
 
@@ -204,7 +209,8 @@ def test_case(lv, case):
 @pytest.mark.parametrize("case", MULTI, ids=cu.case_id)
 def test_multi_group_every_group_builds(lv, case):
     """Every group building (no update_block_table) gives the same metadata, the later
-    groups served from group 0's plan (one plan per step)."""
+    groups served from group 0's plan (one plan per step), although each call hands its own
+    slices of is_prefilling and the counts (views of the same memory)."""
     results, builders = run(lv, case, every_group_builds=True)
     cu.assert_vllm_matches(case, results, to_numpy)
     stats = builders[0]._engine.native.stats

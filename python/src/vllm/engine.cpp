@@ -62,19 +62,46 @@ struct CallInputs {
     drafts = nb::borrow(drafts_);
   }
 
-  /// The same step as `o`: the very objects (the runner hands every group the same ones).
+  /// The same step as `o`: the very objects the runner hands every group of a step
+  /// (query_start_loc_cpu, seq_lens, ... are new objects every step, and `o` holds its own
+  /// alive, so the same object means the same step); the per-group slices vLLM 0.34's runner
+  /// makes afresh for each builder call (is_prefilling, the counts) may instead be views of
+  /// the same memory (data, shape, strides, dtype, device).
   [[nodiscard]] bool same_step(const CallInputs& o) const {
     for (int32_t i = 0; i < kAttrs; ++i) {
       if (i == kBlockTable) continue;
       if (i == kNumActualTokens || i == kNumReqs) {
         if (!attr[i].equal(o.attr[i])) return false;
+      } else if (i == kIsPrefilling) {
+        if (!same_view(attr[i], o.attr[i])) return false;
       } else if (!attr[i].is(o.attr[i])) {
         return false;
       }
     }
-    return accepted.is(o.accepted) && drafts.is(o.drafts);
+    return same_view(accepted, o.accepted) && same_view(drafts, o.drafts);
   }
 
+ private:
+  /// `a` is `b`, or both views of the same memory; an input that does not import is no match
+  /// (the plan then names it).
+  static bool same_view(nb::handle a, nb::handle b) {
+    if (a.is(b)) return true;
+    if (a.is_none() || b.is_none()) return false;
+    try {
+      const ImportedArray x = import_array(a, "input", nullptr);
+      const ImportedArray y = import_array(b, "input", nullptr);
+      return x.data == y.data && x.ndim == y.ndim && x.shape[0] == y.shape[0] &&
+             x.shape[1] == y.shape[1] && x.strides[0] == y.strides[0] &&
+             x.strides[1] == y.strides[1] && x.dtype == y.dtype && x.device_type == y.device_type &&
+             x.device_id == y.device_id;
+    } catch (const nb::python_error&) {
+      return false;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
+ public:
   [[nodiscard]] StepArgs args(nb::handle stream) const {
     return make_step_args(attr[kQslCpu], attr[kSeqLens], attr[kUpperBound], attr[kNumActualTokens],
                           attr[kQsl], attr[kIsPrefilling], drafts, accepted, attr[kNumReqs],
