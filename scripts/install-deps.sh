@@ -5,10 +5,9 @@
 set -euo pipefail
 
 # clang + libclang-rt-dev (compiler-rt: libFuzzer, ASan, UBSan, TSan) for the fuzz and tsan presets;
-# python3-torch / python3-numpy for the Python package tests and the seed oracle; libtorch-dev and
-# pybind11-dev (torch's C++ headers) for the package's torch reader (linmeta._torch_reader).
+# python3-torch / python3-numpy for the Python package tests and the seed oracle.
 packages=(cmake ninja-build g++ libgtest-dev libfmt-dev nlohmann-json3-dev clang-format python3-pip
-  python3-venv clang libclang-rt-dev python3-torch python3-numpy libtorch-dev pybind11-dev)
+  python3-venv clang libclang-rt-dev python3-torch python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
