@@ -388,7 +388,8 @@ int run(const Args& args) {
   const std::vector<Workload> workloads = select(args);
   if (!args.steps.empty()) {
     std::ofstream out(args.steps);
-    for (const auto& w : workloads) out << linmeta::testing::step_case_json(w.step, w.name).dump() << "\n";
+    for (const auto& w : workloads)
+      out << linmeta::testing::step_case_json(w.step, w.name).dump() << "\n";
     if (!out) throw linmeta::Error("cannot write " + args.steps);
   }
   if (args.list) {

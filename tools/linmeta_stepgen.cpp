@@ -16,14 +16,15 @@
 namespace {
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: linmeta-stepgen --builder gdn|kda|mamba2|mamba1|short_conv|linear --count N\n"
-               "                       [--seed S]\n"
-               "                       [--profile seed|vllm-0.34] [--groups-percent P]\n"
-               "                       [--zero-drafts-percent Z]\n"
-               "  prints N random steps (one case-file JSON object per line, no expected);\n"
-               "  P percent of them (default 15) are seen by 2-4 KV-cache groups; in Z percent\n"
-               "  (default 0) every spec row drafts 0 tokens\n");
+  std::fprintf(
+      stderr,
+      "usage: linmeta-stepgen --builder gdn|kda|mamba2|mamba1|short_conv|linear --count N\n"
+      "                       [--seed S]\n"
+      "                       [--profile seed|vllm-0.34] [--groups-percent P]\n"
+      "                       [--zero-drafts-percent Z]\n"
+      "  prints N random steps (one case-file JSON object per line, no expected);\n"
+      "  P percent of them (default 15) are seen by 2-4 KV-cache groups; in Z percent\n"
+      "  (default 0) every spec row drafts 0 tokens\n");
   return 2;
 }
 
@@ -55,9 +56,8 @@ int main(int argc, char** argv) {
       return usage();
   }
   const auto kind = linmeta::names::parse(linmeta::names::kBuilderKinds, builder);
-  if (!kind || count < 0 ||
-      (profile != "seed" && profile != "vllm-0.34") || groups_percent < 0 || groups_percent > 100 ||
-      zero_drafts_percent < 0 || zero_drafts_percent > 100)
+  if (!kind || count < 0 || (profile != "seed" && profile != "vllm-0.34") || groups_percent < 0 ||
+      groups_percent > 100 || zero_drafts_percent < 0 || zero_drafts_percent > 100)
     return usage();
   const Profile prof = profile == "seed" ? Profile::Seed : Profile::Vllm034;
   std::mt19937 rng(static_cast<std::mt19937::result_type>(seed));

@@ -95,8 +95,8 @@ struct Metadata : StepCounts {
   Array non_spec_state_indices_tensor;
   Array spec_sequence_masks;      ///< bool
   Array spec_sequence_masks_cpu;  ///< host memory, bool [num_reqs] (GDN)
-  Array spec_token_indx;      ///< int64 (stable partition) or int32 (GDN pure-spec arange)
-  Array non_spec_token_indx;  ///< as spec_token_indx
+  Array spec_token_indx;          ///< int64 (stable partition) or int32 (GDN pure-spec arange)
+  Array non_spec_token_indx;      ///< as spec_token_indx
   std::optional<int32_t> uniform_spec_sequence_length;
 
   // GDN, KDA and the Mamba base builders.

@@ -120,7 +120,7 @@ inline constexpr uint32_t All = GK | MB | L;
     &m.non_spec_state_indices_tensor)                                                              \
   X(SpecSequenceMasks, "spec_sequence_masks", GK, Bool, Vec, Batch, Rows, Graph,                   \
     &m.spec_sequence_masks)                                                                        \
-  X(SpecSequenceMasksCpu, "spec_sequence_masks_cpu", G, Bool, Vec, Batch, Host, None,             \
+  X(SpecSequenceMasksCpu, "spec_sequence_masks_cpu", G, Bool, Vec, Batch, Host, None,              \
     &m.spec_sequence_masks_cpu)                                                                    \
   X(SpecTokenIndx, "spec_token_indx", GK, Int64, Vec, Batch, Tokens, GraphTokens,                  \
     &m.spec_token_indx)                                                                            \
