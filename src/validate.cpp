@@ -44,6 +44,9 @@ void validate_profile(const Config& c, BuilderKind kind) {
     fail(fmt::format(
         "config.num_prefill_checkpoint_blocks = {}: the {} builder has no prefill checkpoints",
         c.num_prefill_checkpoint_blocks, kind_name(kind)));
+  // A backend GDN does not have, in either profile.
+  if (gdn && c.prefill_backend == PrefillBackend::FlashKda)
+    fail("config.prefill_backend = flashkda is a KDA backend; GDN takes triton or flashinfer");
   if (c.profile == Profile::Seed) {
     if (c.prefill_backend == PrefillBackend::FlashInfer)
       fail(
@@ -59,8 +62,6 @@ void validate_profile(const Config& c, BuilderKind kind) {
   // R3: vLLM 0.34's MambaCacheMode is "none" | "align".
   if (c.mamba_cache_mode == CacheMode::All)
     fail("config.mamba_cache_mode = all does not exist in the vllm-0.34 profile (none | align)");
-  if (gdn && c.prefill_backend == PrefillBackend::FlashKda)
-    fail("config.prefill_backend = flashkda is a KDA backend; GDN takes triton or flashinfer");
   if (gdn && !c.chunk_metadata)
     fail(
         "config.chunk_metadata = false: in the vllm-0.34 profile chunk metadata follows "

@@ -57,6 +57,14 @@ TEST(ConfigValidation, InvalidConfigs) {
                            c.num_speculative_blocks = 1;
                          }),
                     BuilderKind::Gdn, {"config.num_speculative_blocks = 1", "num_spec + 1"});
+  // A KDA backend for GDN, in both profiles.
+  for (const Profile profile : {Profile::Seed, Profile::Vllm034})
+    expect_bad_config(with(good,
+                           [profile](Config& c) {
+                             c.profile = profile;
+                             c.prefill_backend = PrefillBackend::FlashKda;
+                           }),
+                      BuilderKind::Gdn, {"config.prefill_backend = flashkda is a KDA backend"});
 }
 
 TEST(ConfigValidation, EnumsOutsideTheirEnumerators) {
