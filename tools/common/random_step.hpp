@@ -91,8 +91,13 @@ inline void make_vllm034(std::mt19937& rng, BuilderKind kind, Config& c) {
   if (kind == BuilderKind::Gdn) {
     c.prefill_backend = coin(rng) ? PrefillBackend::FlashInfer : PrefillBackend::Triton;
     c.num_prefill_checkpoint_blocks = align && coin(rng, 0.7) ? 1 : 0;
-    if (c.num_prefill_checkpoint_blocks > 0)
+    if (c.num_prefill_checkpoint_blocks > 0) {
       c.prefill_checkpoint_alignment = pick(rng, {0, 16, 64, c.block_size});
+      // The default grid (0: the block size) is FlashInfer's; a GDN layer on another backend
+      // exports checkpoints only on a grid of its own (GLM-5-Next: 16), as vLLM's configs do.
+      if (c.prefill_checkpoint_alignment == 0 && c.prefill_backend != PrefillBackend::FlashInfer)
+        c.prefill_checkpoint_alignment = c.block_size;
+    }
   } else if (kind == BuilderKind::Kda) {
     c.prefill_backend = static_cast<PrefillBackend>(uniform(rng, 0, 2));
     if (c.prefill_backend != PrefillBackend::FlashKda) c.num_prefill_checkpoint_blocks = 0;
