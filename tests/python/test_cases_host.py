@@ -94,12 +94,11 @@ def test_numpy_outputs_alias_dlpack_outputs(kind):
     cu.assert_matches(case, results, np.asarray)
 
 
-@pytest.mark.parametrize("case", CASES, ids=cu.case_id)
-def test_case_torch_outputs(case):
-    """The same with torch tensors in and out (array_type='torch')."""
+def run_with_torch(case):
+    """A case with torch tensors in and out (array_type='torch'): (results, torch)."""
     torch = pytest.importorskip("torch")
 
-    def t_host(v):
+    def t_int(v):
         return torch.tensor(v, dtype=torch.int32)
 
     def t_bool(v):
@@ -108,26 +107,20 @@ def test_case_torch_outputs(case):
     def t_table(rows):
         return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), -1)
 
-    results, _ = cu.run_case(case, t_host, t_host, t_bool, t_table, array_type="torch")
+    results, _ = cu.run_case(case, t_int, t_int, t_bool, t_table, array_type="torch")
+    return results, torch
+
+
+@pytest.mark.parametrize("case", CASES, ids=cu.case_id)
+def test_case_torch_outputs(case):
+    """Every case with torch tensors in and out."""
+    results, _ = run_with_torch(case)
     cu.assert_matches(case, results, lambda a: a.numpy())
 
 
-def test_torch_cpu_inputs_and_outputs():
-    torch = pytest.importorskip("torch")
-    case = CASES[0]
-
-    def t_host(v):
-        return torch.tensor(v, dtype=torch.int32)
-
-    def t_bool(v):
-        return torch.tensor(v, dtype=torch.bool)
-
-    def t_table(rows):
-        return torch.tensor(rows, dtype=torch.int32)
-
-    results, _ = cu.run_case(case, t_host, t_host, t_bool, t_table, array_type="torch")
+def test_torch_outputs_are_tensors_of_vllms_dtypes():
+    results, torch = run_with_torch(CASES[0])
     md = results[0]
     assert isinstance(md.non_spec_state_indices_tensor, torch.Tensor)
     assert md.non_spec_state_indices_tensor.dtype == torch.int32
     assert md.has_initial_state.dtype == torch.bool
-    cu.assert_matches(case, results, lambda a: a.numpy())
