@@ -218,14 +218,17 @@ class Engine {
                   std::to_string(b_->builder.num_groups()) + ")");
   }
 
-  [[nodiscard]] Stream stream() const {
-    if (b_->builder.target() != Target::Cuda || stream_.is_none()) return nullptr;
-    return parse_stream(stream_());
+  /// The stream to launch on, as a Python object (None: the legacy default stream).
+  [[nodiscard]] nb::object stream_object() const {
+    if (b_->builder.target() != Target::Cuda || stream_.is_none()) return nb::none();
+    return stream_();
   }
 
-  /// Imports a block table for a step of `num_reqs` rows.
-  GroupTable import(nb::handle obj, int32_t num_reqs, const char* name) const {
+  /// Imports a block table for a step of `num_reqs` rows; `consumer`: the stream the work
+  /// reading it runs on (a __cuda_array_interface__ producer's stream is ordered before it).
+  GroupTable import(nb::handle obj, int32_t num_reqs, const char* name, Stream consumer) const {
     PreparedStep p;
+    p.stream = consumer;
     const BlockTable t = import_table(p, obj, name, num_reqs, b_->memory());
     return {nb::borrow(obj), t, p.arrays.back().shape[0]};
   }
@@ -234,10 +237,9 @@ class Engine {
   /// from the tables they had the step before (prefetch) or this one.
   void plan(int32_t group, const CallInputs& in, bool capture) {
     PreparedStep p;
-    prepare(p, *b_, in.args(nb::none()));
-    p.stream = stream();
+    prepare(p, *b_, in.args(stream_object()));  // the inputs ordered before the launch stream
     const int32_t n = p.step.num_reqs;
-    const GroupTable own = import(in.attr[kBlockTable], n, kTableName);
+    const GroupTable own = import(in.attr[kBlockTable], n, kTableName, p.stream);
     const auto G = static_cast<size_t>(b_->builder.num_groups());
     std::vector<GroupTable> use(G, own);
     for (size_t h = 0; h < G; ++h) {
@@ -271,9 +273,11 @@ class Engine {
   /// table is in other memory than the launch read (then one re-gather).
   void regather(int32_t group, nb::handle table, const char* name) {
     const auto g = static_cast<size_t>(group);
-    GroupTable t = import(table, num_reqs_, name);
+    const nb::object so = stream_object();
+    const Stream s = so.is_none() ? nullptr : parse_stream(so);
+    GroupTable t = import(table, num_reqs_, name, s);  // ordered before a re-gather on `s`
     if (!(t.table == tables_[g].table)) {
-      metas_[g] = b_->builder.update_block_table(metas_[g], t.table, group, stream());
+      metas_[g] = b_->builder.update_block_table(metas_[g], t.table, group, s);
       ++regathers_;
     }
     tables_[g] = std::move(t);
