@@ -285,6 +285,11 @@ std::vector<FuzzProgram> edge_programs() {
     FuzzConfig c = config_of(BuilderKind::Linear, Profile::Vllm034);
     add(c, {step_call({1, 30}, {9, 30}, {}, 1)}, 1);
   }
+  {  // Bailing with FULL graphs: a mixed step, then a decode-only (staged, padded) one
+    FuzzConfig c = config_of(BuilderKind::BailingLinear, Profile::Vllm034);
+    c.config.full_cuda_graph = true;
+    add(c, {step_call({1, 30}, {9, 30}, {}, 1), step_call({1, 1, 0}, {10, 31, 0}, {}, 1)}, 1);
+  }
 
   // build_groups against single-group builds, and every kind of update_block_table.
   {

@@ -19,10 +19,17 @@ inline constexpr int32_t kIdentity = -1;
 
 // ---- typed job descriptions (arena offsets in int32 words) ---------------------
 
+/// What a state gather writes for a padding row.
+enum class StatePad : int16_t {
+  Null,   ///< rows past n_real: NULL_BLOCK_ID (0)
+  Empty,  ///< rows past n_real and rows whose device seq_len is 0: PAD_SLOT_ID (-1)
+};
 /// State indices of n_rows rows: row rows[i] of the (aligned) block table, `cols`
-/// columns (0: the group's spec columns); rows past n_real are NULL_BLOCK_ID.
+/// columns (0: the group's spec columns); padding rows as `pad` says.
 struct GatherState {
-  int32_t rows, n_real, n_rows, cols;
+  int32_t rows, n_real, n_rows;
+  int16_t cols;
+  StatePad pad;
 };
 /// arena[src + e] + add; past n_real the last value (arena[src + n_real - 1] + add).
 struct CopyValues {
@@ -62,8 +69,8 @@ struct ConvPrograms {
 struct CheckpointGather {
   int32_t rows, cols;
 };
-/// The aligned start column of row e (kept for update_block_table).
-struct AlignedStarts {};
+/// seq_lens[e], kept for update_block_table (which does not read the caller's again).
+struct KeepSeqLens {};
 
 enum class JobKind : int32_t {
   GatherState,
@@ -77,7 +84,7 @@ enum class JobKind : int32_t {
   ChunkIndexPairs,
   ConvPrograms,
   CheckpointGather,
-  AlignedStarts,
+  KeepSeqLens,
 };
 
 union JobArgs {
@@ -103,7 +110,7 @@ struct Job {
   int64_t dst;
   JobArgs args;
 };
-static_assert(sizeof(Job) % 8 == 0 && alignof(Job) == 8);
+static_assert(sizeof(Job) == 40 && alignof(Job) == 8, "10 words per job (docs/gpu.md)");
 inline constexpr int32_t kJobWords = sizeof(Job) / 4;
 
 /// A group's block table as the finish step reads it.
@@ -121,12 +128,12 @@ inline constexpr int kFinishThreads = 256;
 
 /// The kernel parameters besides the arena (at most 128 bytes).
 struct LaunchHeader {
-  const int32_t* arena;     ///< the step arena in device memory (copy path), else null
-  const int32_t* seq_lens;  ///< device seq_lens [num_reqs]; null when starts are stored
+  const int32_t* arena;  ///< the step arena in device memory (copy path), else null
+  const int32_t*
+      seq_lens;  ///< device seq_lens [num_reqs]: the caller's, or a re-gather's kept copy
   const int32_t* accepted;  ///< device accepted counts [num_reqs] or null
   char* buffers;            ///< base of the builder's output block
   int64_t group_stride;     ///< bytes between two groups' buffers
-  int64_t starts_dst;       ///< byte offset of stored aligned starts to gather from, or -1
   int32_t num_jobs;
   int32_t num_blocks;  ///< grid size of the cuda launch
   int32_t blocks_at;   ///< arena offset of the block starts [num_jobs + 1]
@@ -140,7 +147,7 @@ struct LaunchHeader {
   int32_t group_count;
   int32_t wait_on_dependency;  ///< PDL: wait for the preceding kernel before any access
 };
-static_assert(sizeof(LaunchHeader) <= 128, "the launch header must stay small");
+static_assert(sizeof(LaunchHeader) == 88, "the launch header must stay small (docs/gpu.md)");
 
 // ---- per-element logic ---------------------------------------------------------
 
@@ -169,9 +176,8 @@ LINMETA_HD inline int64_t num_computed(const LaunchHeader& h, const int32_t* a, 
 }
 
 /// SPEC §3: first column of the aligned window, floor((seq_len - 1) / block_size),
-/// 0 for seq_len <= 1; from the stored starts when re-gathering.
+/// 0 for seq_len <= 1.
 LINMETA_HD inline int32_t aligned_start(const LaunchHeader& h, int32_t row) {
-  if (h.starts_dst >= 0) return reinterpret_cast<const int32_t*>(h.buffers + h.starts_dst)[row];
   const int64_t s = static_cast<int64_t>(h.seq_lens[row]) - 1;
   return s > 0 ? static_cast<int32_t>(s / h.block_size) : 0;
 }
@@ -229,8 +235,12 @@ LINMETA_HD inline void run_element(const LaunchHeader& h, const int32_t* a, cons
       const int32_t cols = x.gather.cols > 0 ? x.gather.cols : t.spec_cols;
       if (e >= x.gather.n_rows * cols) return;  // a narrower table's spec rows end earlier
       const int32_t i = e / cols;
-      v = i < x.gather.n_real ? gather_state(h, t, row_of(a, x.gather.rows, i), e % cols, cols)
-                              : 0;  // NULL_BLOCK_ID
+      const int32_t row = i < x.gather.n_real ? row_of(a, x.gather.rows, i) : -1;
+      if (x.gather.pad == StatePad::Empty) {
+        v = row >= 0 && h.seq_lens[row] != 0 ? gather_state(h, t, row, e % cols, cols) : -1;
+      } else {
+        v = row >= 0 ? gather_state(h, t, row, e % cols, cols) : 0;
+      }
       break;
     }
     case JobKind::CopyValues:
@@ -284,8 +294,8 @@ LINMETA_HD inline void run_element(const LaunchHeader& h, const int32_t* a, cons
       v = col >= 0 ? t.data[row_of(a, x.checkpoint.rows, e) * t.row_stride + col] : 0;
       break;
     }
-    case JobKind::AlignedStarts:
-      v = aligned_start(h, e);
+    case JobKind::KeepSeqLens:
+      v = h.seq_lens[e];
       break;
   }
   store(base, j.dtype, e, v);

@@ -7,7 +7,8 @@
 #   scripts/vllm-adapter-diff.sh [--builders LIST] [--steps N] [--seed S] [--zero-drafts P]
 #                                [--dump FILE] [--record FILE]
 #
-# --builders: comma-separated, of gdn,kda,mamba2,mamba1,short_conv,linear (default all).
+# --builders: comma-separated, of gdn,kda,mamba2,mamba1,short_conv,linear,bailing_linear
+# (default all).
 # --dump FILE: every differing case as a JSON line (the case format; replayable).
 #
 # 1. needs the venv of scripts/vllm-diff.sh ($LINMETA_VLLM_VENV, default ../venv-vllm beside
@@ -29,7 +30,7 @@ ROOT=$(pwd)
 source scripts/env.sh
 
 STEPS=2000 SEED=1 ZERO_DRAFTS=10 RECORD="" DUMP=""
-BUILDERS=gdn,kda,mamba2,mamba1,short_conv,linear
+BUILDERS=gdn,kda,mamba2,mamba1,short_conv,linear,bailing_linear
 while [ $# -gt 0 ]; do
   case "$1" in
     --builders) BUILDERS=$2; shift 2 ;;

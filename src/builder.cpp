@@ -74,7 +74,6 @@ std::span<const Metadata> MetadataBuilder::Impl::build(const Step& step,
   LaunchHeader& h = packed_.header;
   h.seq_lens = step.seq_lens;
   h.accepted = step.num_accepted_tokens;
-  h.starts_dst = -1;
   h.wait_on_dependency = options_.programmatic_dependent_launch ? 1 : 0;
   const auto t2 = Clock::now();
   executor_->submit(h, packed_.arena_words, stream);
@@ -115,18 +114,18 @@ Metadata MetadataBuilder::Impl::update_block_table(const Metadata& m, const Bloc
   validate_tables(one);
   check_table_widths(one, plan.width);
 
-  // Only the block-table gathers, from the aligned starts the build stored: the
-  // caller's seq_lens of that step are not read again.
+  // Only the block-table gathers, from the seq_lens the build kept: the caller's of that
+  // step are not read again.
   const std::array<TableRef, 1> ref{
       TableRef{table.data, table.row_stride, table.width, spec_columns(config_, plan, table)}};
   PackedStep& u = update_;
   pack_step(plan, config_, kind_, layout_, ref, group, PackMode::GathersOnly, executor_->arena(),
             u);
-  u.header.seq_lens = nullptr;
+  u.header.seq_lens = regather_reads_seq_lens(config_, kind_)
+                          ? reinterpret_cast<const int32_t*>(
+                                executor_->buffers() + layout_.dst(Buf{Out::KeptSeqLens, false}))
+                          : nullptr;
   u.header.accepted = nullptr;
-  u.header.starts_dst = config_.mamba_cache_mode == CacheMode::Align
-                            ? layout_.dst(Buf{Out::AlignedStart, false})
-                            : -1;
   u.header.wait_on_dependency = options_.programmatic_dependent_launch ? 1 : 0;
   executor_->submit(u.header, u.arena_words, stream);
   last_upload_bytes_ = static_cast<int64_t>(u.arena_words) * 4;

@@ -133,15 +133,32 @@ void plan_mamba(Ctx& x) {
 
 void plan_linear(Ctx& x) {
   StepPlan& p = x.p;
-  // L1: split_decodes_and_prefills with its defaults (threshold 1, short extends as
-  // decodes): is_prefilling is not read.
-  const Split sp =
-      split_decodes_and_prefills({p.qsl.data(), static_cast<size_t>(p.num_reqs) + 1},
-                                 p.num_actual_tokens, 1, true, [](int32_t) { return false; });
+  const Config& c = x.c;
+  const bool bailing = x.kind == BuilderKind::BailingLinear;
+  // L2: Bailing decodes speculatively when k > 0 and build() is handed accepted counts (a
+  // capture build hands it the query lengths; vLLM 0.34's runner hands it none).
+  const bool spec = bailing && c.num_spec > 0 && (x.capture || x.s.num_accepted_tokens != nullptr);
+  // L1: split_decodes_and_prefills with short extends as decodes (is_prefilling is not
+  // read), threshold 1 (L2: 1 + k when decoding speculatively).
+  const Split sp = split_decodes_and_prefills({p.qsl.data(), static_cast<size_t>(p.num_reqs) + 1},
+                                              p.num_actual_tokens, spec ? 1 + c.num_spec : 1, true,
+                                              [](int32_t) { return false; });
   p.num_decodes = sp.num_decodes;
   p.num_prefills = sp.num_prefills;
   p.num_decode_tokens = sp.num_decode_tokens;
   p.num_prefill_tokens = sp.num_prefill_tokens;
+  if (!bailing) return;
+  p.ns_rows.n = p.num_prefills;  // the prefill rows (state_indices_tensor_p)
+  for (int32_t i = 0; i < p.num_prefills; ++i) p.ns_rows.idx[i] = p.num_decodes + i;
+  // L2: the decode rows' accepted counts and query_start_loc_d when decoding
+  // speculatively; FULL graphs stage a decode-only step into the persistent buffers.
+  if (spec) {
+    p.mamba_accepted = MambaAccepted::DecodeRows;
+    p.accepted_from_query_lens = x.capture;
+  }
+  p.stage_decode = c.full_cuda_graph && p.num_prefills == 0 && p.num_decodes <= x.cap.graph_bs;
+  if (spec && p.stage_decode && c.mamba_cache_mode != CacheMode::Align)
+    p.width.need(p.spec_state_cols, 0, "the staged decode state gather");
 }
 
 }  // namespace linmeta::detail

@@ -51,7 +51,7 @@ JobKind encode(JobArgs& a, const CheckpointGather& x) {
   a.checkpoint = x;
   return JobKind::CheckpointGather;
 }
-JobKind encode(JobArgs&, const AlignedStarts&) { return JobKind::AlignedStarts; }
+JobKind encode(JobArgs&, const KeepSeqLens&) { return JobKind::KeepSeqLens; }
 
 /// Largest step arena (int32 words): offsets stay far from int32 overflow.
 constexpr int64_t kMaxArenaWords = int64_t{1} << 28;
@@ -260,7 +260,7 @@ void Packer::run(PackMode mode, std::span<const TableRef> tables, int32_t group_
     conv1d();
     checkpoints(cp);
     // What update_block_table re-gathers from, instead of the caller's seq_lens.
-    if (c_.mamba_cache_mode == CacheMode::Align) emit(Out::AlignedStart, false, n, AlignedStarts{});
+    if (regather_reads_seq_lens(c_, kind_)) emit(Out::KeptSeqLens, false, n, KeepSeqLens{});
   }
   finish(tables, group_begin);
 }
@@ -290,14 +290,16 @@ void Packer::gdn_gathers() {
     const int32_t rows = p_.stage_spec ? (kda() ? B : std::min(B, D)) : N;
     // cols 0: each group's own spec columns (a table narrower than S gives fewer).
     emit(Out::SpecStateIndices, p_.stage_spec, rows * S,
-         GatherState{.rows = sp_rows_, .n_real = N, .n_rows = rows, .cols = 0})
+         GatherState{
+             .rows = sp_rows_, .n_real = N, .n_rows = rows, .cols = 0, .pad = StatePad::Null})
         .rows = rows;
   }
   if (p_.ns_state) {
     const int32_t rows = p_.stage_decode ? std::min(B, D) : p_.ns_rows.n;
     const int32_t real = p_.stage_decode ? p_.num_decodes : p_.ns_rows.n;
     emit(Out::NonSpecStateIndices, p_.stage_decode, rows,
-         GatherState{.rows = ns_rows_, .n_real = real, .n_rows = rows, .cols = 1});
+         GatherState{
+             .rows = ns_rows_, .n_real = real, .n_rows = rows, .cols = 1, .pad = StatePad::Null});
     // Decodes peeled off the front in a mixed non-spec batch (SPEC §7 C).
     if (p_.prefill_fields)
       view(Out::PrefillStateIndices) = slice(view(Out::NonSpecStateIndices), p_.peel_rows);
@@ -419,24 +421,45 @@ void Packer::kda_extras() {
   }
 }
 
-/// M3 / L1: the state indices of the Mamba family and linear attention.
+/// M3 / L1 / L2: the state indices of the Mamba family and linear attention.
 void Packer::mamba_gathers() {
   const int32_t n = p_.num_reqs;
-  if (kind_ == BuilderKind::Linear) {
-    emit(Out::StateIndicesTensor, false, n,
-         GatherState{.rows = kIdentity, .n_real = n, .n_rows = n, .cols = 1});
-    return;
-  }
   const int32_t nd = p_.num_decodes, np = p_.num_prefills;
   const int32_t S = p_.spec_state_cols;
+  if (is_linear_attention(kind_)) {
+    // L2: FULL graphs stage a decode-only step (every row a decode) into persistent
+    // buffers, PAD_SLOT_ID on the padding rows (device seq_len 0).
+    const bool st = p_.stage_decode;
+    const StatePad pad = st ? StatePad::Empty : StatePad::Null;
+    emit(Out::StateIndicesTensor, st, n,
+         GatherState{.rows = kIdentity, .n_real = n, .n_rows = n, .cols = 1, .pad = pad});
+    if (kind_ == BuilderKind::Linear) return;
+    emit(Out::StateIndicesTensorP, false, np,
+         GatherState{.rows = ns_rows_, .n_real = np, .n_rows = np, .cols = 1, .pad = pad});
+    if (p_.mamba_accepted == MambaAccepted::DecodeRows) {  // spec decoding: [decodes, S]
+      emit(Out::StateIndicesTensorD, st, nd * S,
+           GatherState{.rows = kIdentity, .n_real = nd, .n_rows = nd, .cols = 0, .pad = pad})
+          .rows = nd;
+    } else if (st) {  // vLLM hands out the staged state_indices_tensor itself
+      FieldView& d = view(Out::StateIndicesTensorD);
+      d = view(Out::StateIndicesTensor);
+      d.column = true;
+    } else {  // column 0 of the decode rows, 1-D
+      emit(Out::StateIndicesTensorD, false, nd,
+           GatherState{.rows = kIdentity, .n_real = nd, .n_rows = nd, .cols = 1, .pad = pad})
+          .column = true;
+    }
+    return;
+  }
   // Staged: the persistent [D, S] buffer's first num_reqs rows (= the decode rows: a step
   // with no prefills has only decode rows).
   const int32_t rows = p_.stage_decode ? n : nd;
   emit(Out::StateIndicesTensorD, p_.stage_decode, rows * S,
-       GatherState{.rows = kIdentity, .n_real = nd, .n_rows = rows, .cols = 0})
+       GatherState{
+           .rows = kIdentity, .n_real = nd, .n_rows = rows, .cols = 0, .pad = StatePad::Null})
       .rows = rows;
   emit(Out::StateIndicesTensorP, false, np,
-       GatherState{.rows = ns_rows_, .n_real = np, .n_rows = np, .cols = 1});
+       GatherState{.rows = ns_rows_, .n_real = np, .n_rows = np, .cols = 1, .pad = StatePad::Null});
 }
 
 /// M3–M5: every other field of the Mamba family and linear attention.
@@ -444,10 +467,8 @@ void Packer::mamba_fields() {
   const int32_t n = p_.num_reqs;
   const int32_t nd = p_.num_decodes, np = p_.num_prefills;
   input(Out::SeqLens, StepInput::SeqLens, n);
-  if (kind_ == BuilderKind::Linear) {
-    input(Out::QueryStartLoc, StepInput::QueryStartLoc, n + 1);
-    return;
-  }
+  if (is_linear_attention(kind_)) input(Out::QueryStartLoc, StepInput::QueryStartLoc, n + 1);
+  if (kind_ == BuilderKind::Linear) return;
   switch (p_.mamba_accepted) {
     case MambaAccepted::None:
       break;
@@ -460,9 +481,12 @@ void Packer::mamba_fields() {
     case MambaAccepted::DecodeRows:
       emit(Out::NumAcceptedTokens, p_.stage_decode, p_.stage_decode ? n : nd,
            AcceptedCounts{.rows = kIdentity, .n_real = nd});
-      emit(Out::QueryStartLocD, false, nd + 1, CopyValues{.src = qsl_, .n_real = nd + 1, .add = 0});
+      // L2: Bailing stages query_start_loc_d too (its staged steps have only decode rows).
+      emit(Out::QueryStartLocD, p_.stage_decode && kind_ == BuilderKind::BailingLinear, nd + 1,
+           CopyValues{.src = qsl_, .n_real = nd + 1, .add = 0});
       break;
   }
+  if (kind_ == BuilderKind::BailingLinear) return;
   if (np > 0) {
     emit(Out::HasInitialStatesP, false, np, InitialState{.rows = ns_rows_}, DType::Bool);
     emit(Out::QueryStartLocP, false, np + 1,
@@ -633,10 +657,10 @@ Array array_of(const OutputSpec& spec, const FieldView& f, const BufferLayout& l
   a.dtype = f.dtype;
   a.rows = f.rows;
   a.present = true;
-  a.ndim = spec.shape == Shape::Pairs || spec.shape == Shape::Slots ? 2 : 1;
-  a.cols = spec.shape == Shape::Pairs   ? 2
-           : spec.shape == Shape::Slots ? spec_columns(c, p, in.table)
-                                        : 1;
+  a.ndim = (spec.shape == Shape::Pairs || spec.shape == Shape::Slots) && !f.column ? 2 : 1;
+  a.cols = spec.shape == Shape::Pairs                ? 2
+           : spec.shape == Shape::Slots && !f.column ? spec_columns(c, p, in.table)
+                                                     : 1;
   switch (f.source) {
     case Source::Buffer:
       a.data = base + l.at(f.buf, group) + f.offset * a.cols * dtype_size(f.dtype);

@@ -35,6 +35,7 @@ struct FieldView {
   int64_t offset = 0;                    ///< rows into the buffer
   int64_t rows = 0;
   DType dtype = DType::Int32;
+  bool column = false;  ///< a Slots row's first column as a 1-D array
 };
 
 using StepViews = std::array<FieldView, kNumOutputs>;
@@ -57,6 +58,14 @@ struct ArenaSpan {
 };
 
 /// Columns of a state row gathered from `table` (SPEC §3): Shape::Slots fields.
+/// Whether the build keeps the step's device seq_lens for update_block_table's gathers:
+/// the aligned gather reads them (SPEC §3), and Bailing's staged gather pads the rows whose
+/// seq_len is 0 (docs/semantics.md L2).
+[[nodiscard]] constexpr bool regather_reads_seq_lens(const Config& c, BuilderKind kind) {
+  return c.mamba_cache_mode == CacheMode::Align ||
+         (kind == BuilderKind::BailingLinear && c.full_cuda_graph);
+}
+
 [[nodiscard]] int32_t spec_columns(const Config& config, const StepPlan& plan,
                                    const BlockTable& table);
 

@@ -16,7 +16,7 @@ namespace linmeta::detail {
 PlanStorage::PlanStorage(const Config& c, BuilderKind kind) {
   const Capacity cap = Capacity::of(c, kind);
   rows = static_cast<size_t>(cap.rows);
-  conv_total = kind == BuilderKind::Linear ? 0 : static_cast<size_t>(cap.conv_total);
+  conv_total = is_linear_attention(kind) ? 0 : static_cast<size_t>(cap.conv_total);
   mamba_chunks = static_cast<size_t>(cap.mamba_chunks);
   // R + 1: qsl, ns_qsl, sp_qsl, chunk_offsets, chunk_starts, conv_offsets, fi_cu_starts;
   // R: mask, capture_drafts, ns_rows, sp_rows, conv_nums, checkpoint offsets / cols /
@@ -160,7 +160,7 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
 
   if (is_gdn_family(kind))
     plan_gdn_family(x);
-  else if (kind == BuilderKind::Linear)
+  else if (is_linear_attention(kind))
     plan_linear(x);
   else
     plan_mamba(x);

@@ -146,10 +146,17 @@ void validate_capture(const Config& c, BuilderKind kind, const Step& s) {
           n, s.num_actual_tokens, d));
     return;
   }
-  if (!is_mamba_base(kind)) return;  // linear attention: a plain build
+  if (kind == BuilderKind::Linear) return;  // a plain build
   int32_t longest = 0;
   const auto& q = s.query_start_loc_cpu;
   for (int32_t r = 0; r < n; ++r) longest = std::max(longest, q[r + 1] - q[r]);
+  if (kind == BuilderKind::BailingLinear) {  // L2: a plain build, spec rows of <= 1 + k
+    if (c.num_spec > 0 && longest > c.num_spec + 1)
+      fail(fmt::format(
+          "capture build with speculative decoding: the longest query {} exceeds num_spec + 1 = {}",
+          longest, c.num_spec + 1));
+    return;
+  }
   if (n > d || longest != c.num_spec + 1)
     fail(fmt::format(
         "capture build supports decode-only FULL graphs: num_reqs = {} must be <= "
@@ -221,8 +228,9 @@ void validate_step(const Config& c, BuilderKind kind, const Step& s, bool captur
   }
   if (capture) validate_capture(c, kind, s);
   if (s.seq_lens == nullptr) fail("seq_lens (device) is null");
-  if (kind == BuilderKind::Linear && s.query_start_loc == nullptr)
-    fail("query_start_loc (device) is null: the linear builder's metadata holds it");
+  if (is_linear_attention(kind) && s.query_start_loc == nullptr)
+    fail(fmt::format("query_start_loc (device) is null: the {} builder's metadata holds it",
+                     kind_name(kind)));
 
   validate_tables(tables);
 }

@@ -1,6 +1,6 @@
 // Metadata builders: one implementation (MetadataBuilder) and a class per vLLM builder:
 // GdnMetadataBuilder, KdaMetadataBuilder, Mamba2MetadataBuilder, Mamba1MetadataBuilder,
-// ShortConvMetadataBuilder, LinearMetadataBuilder.
+// ShortConvMetadataBuilder, LinearMetadataBuilder, BailingLinearMetadataBuilder.
 #pragma once
 
 #include <cstdint>
@@ -119,5 +119,7 @@ using Mamba1MetadataBuilder = KindMetadataBuilder<BuilderKind::Mamba1>;
 using ShortConvMetadataBuilder = KindMetadataBuilder<BuilderKind::ShortConv>;
 /// vLLM 0.34's LinearAttentionMetadataBuilder (linear_attn.py); Profile::Vllm034.
 using LinearMetadataBuilder = KindMetadataBuilder<BuilderKind::Linear>;
+/// vLLM 0.34's BailingLinearAttentionMetadataBuilder (linear_attn.py); Profile::Vllm034.
+using BailingLinearMetadataBuilder = KindMetadataBuilder<BuilderKind::BailingLinear>;
 
 }  // namespace linmeta

@@ -118,12 +118,13 @@ struct Metadata : StepCounts {
   Array flashinfer_prefill_query_start_loc;     ///< KDA, int64 [non-spec rows + 1]
   Array flashinfer_prefill_seq_order;           ///< KDA, int32 [non-spec rows]
 
-  // The Mamba base builders (mamba_attn.py's BaseMambaAttentionMetadata; docs/semantics.md M*).
+  // The Mamba base builders (mamba_attn.py's BaseMambaAttentionMetadata; docs/semantics.md M*);
+  // Bailing linear attention has the four arrays below and num_accepted_tokens too.
   int32_t num_reqs = 0;
   Array has_initial_states_p;    ///< bool [prefills]
   Array query_start_loc_p;       ///< [prefills + 1]
   Array state_indices_tensor_p;  ///< [prefills]
-  Array state_indices_tensor_d;  ///< [decodes, slots]
+  Array state_indices_tensor_d;  ///< [decodes, slots]; Bailing without spec decoding: [decodes]
   Array query_start_loc_d;       ///< [decodes + 1]
   /// The Mamba family and linear attention: the step's own device seq_lens (caller memory).
   Array seq_lens;
@@ -137,9 +138,9 @@ struct Metadata : StepCounts {
   Array checkpoint_chunk_idx;  ///< int64 [prefills]
   std::optional<Checkpoint> checkpoint_meta;
 
-  // Linear attention (linear_attn.py's LinearAttentionMetadata).
-  Array query_start_loc;  ///< the step's own device query_start_loc (caller memory)
-  Array state_indices_tensor;
+  // Linear attention (linear_attn.py's LinearAttentionMetadata and Bailing's subclass).
+  Array query_start_loc;       ///< the step's own device query_start_loc (caller memory)
+  Array state_indices_tensor;  ///< [rows]: column 0 of each row's state slots
 
   /// Memory the array views point to.
   Target target = Target::Host;

@@ -29,6 +29,7 @@ inline constexpr std::array<std::pair<BuilderKind, std::string_view>, kNumBuilde
         {BuilderKind::Mamba1, "mamba1"},
         {BuilderKind::ShortConv, "short_conv"},
         {BuilderKind::Linear, "linear"},
+        {BuilderKind::BailingLinear, "bailing_linear"},
     }};
 
 /// `Config::profile` as case files (`config.profile`) and Python (`profile=`) spell it.

@@ -57,11 +57,15 @@ inline constexpr uint32_t M2 = 1U << static_cast<int>(BuilderKind::Mamba2);
 inline constexpr uint32_t M1 = 1U << static_cast<int>(BuilderKind::Mamba1);
 inline constexpr uint32_t SC = 1U << static_cast<int>(BuilderKind::ShortConv);
 inline constexpr uint32_t L = 1U << static_cast<int>(BuilderKind::Linear);
+inline constexpr uint32_t BL = 1U << static_cast<int>(BuilderKind::BailingLinear);
 inline constexpr uint32_t GK = G | K;         ///< GDN and KDA
 inline constexpr uint32_t MB = M2 | M1 | SC;  ///< the Mamba base builders
+inline constexpr uint32_t LA = L | BL;        ///< linear attention
+inline constexpr uint32_t MBBL = MB | BL;     ///< the Mamba base builders and Bailing
 inline constexpr uint32_t GKMB = GK | MB;
-inline constexpr uint32_t MBL = MB | L;
-inline constexpr uint32_t All = GK | MB | L;
+inline constexpr uint32_t GKMBBL = GKMB | BL;
+inline constexpr uint32_t MBL = MB | LA;
+inline constexpr uint32_t All = GK | MB | LA;
 }  // namespace kinds
 [[nodiscard]] constexpr uint32_t kind_bit(BuilderKind k) { return 1U << static_cast<int>(k); }
 
@@ -126,7 +130,7 @@ inline constexpr uint32_t All = GK | MB | L;
     &m.spec_token_indx)                                                                            \
   X(NonSpecTokenIndx, "non_spec_token_indx", GK, Int64, Vec, Batch, Tokens, GraphTokens,           \
     &m.non_spec_token_indx)                                                                        \
-  X(NumAcceptedTokens, "num_accepted_tokens", GKMB, Int32, Vec, Batch, Rows, Graph,                \
+  X(NumAcceptedTokens, "num_accepted_tokens", GKMBBL, Int32, Vec, Batch, Rows, Graph,              \
     &m.num_accepted_tokens)                                                                        \
   X(UniformSpecSequenceLength, "uniform_spec_sequence_length", GK, Int32, Vec, Batch, None, None,  \
     &m.uniform_spec_sequence_length)                                                               \
@@ -194,11 +198,11 @@ inline constexpr uint32_t All = GK | MB | L;
     &m.has_initial_states_p)                                                                       \
   X(QueryStartLocP, "query_start_loc_p", MB, Int32, Vec, Batch, RowsPlus1, None,                   \
     &m.query_start_loc_p)                                                                          \
-  X(StateIndicesTensorP, "state_indices_tensor_p", MB, Int32, Vec, Group, Rows, None,              \
+  X(StateIndicesTensorP, "state_indices_tensor_p", MBBL, Int32, Vec, Group, Rows, None,            \
     &m.state_indices_tensor_p)                                                                     \
-  X(StateIndicesTensorD, "state_indices_tensor_d", MB, Int32, Slots, Group, SpecRows, GraphSpec,   \
+  X(StateIndicesTensorD, "state_indices_tensor_d", MBBL, Int32, Slots, Group, SpecRows, GraphSpec, \
     &m.state_indices_tensor_d)                                                                     \
-  X(QueryStartLocD, "query_start_loc_d", MB, Int32, Vec, Batch, RowsPlus1, None,                   \
+  X(QueryStartLocD, "query_start_loc_d", MBBL, Int32, Vec, Batch, RowsPlus1, GraphPlus1,           \
     &m.query_start_loc_d)                                                                          \
   X(SeqLens, "seq_lens", MBL, Int32, Vec, Batch, Input, None, &m.seq_lens)                         \
   X(PrepInitialStates, "prep_initial_states", M2, Bool, Vec, Batch, None, None,                    \
@@ -212,10 +216,10 @@ inline constexpr uint32_t All = GK | MB | L;
   X(CheckpointChunkIdx, "checkpoint_chunk_idx", M2, Int64, Vec, Batch, Rows, None,                 \
     &m.checkpoint_chunk_idx)                                                                       \
   LINMETA_CHECKPOINT_ROWS(X, CheckpointMeta, "checkpoint_meta", M2, checkpoint_meta)               \
-  X(QueryStartLoc, "query_start_loc", L, Int32, Vec, Batch, Input, None, &m.query_start_loc)       \
-  X(StateIndicesTensor, "state_indices_tensor", L, Int32, Vec, Group, Rows, None,                  \
+  X(QueryStartLoc, "query_start_loc", LA, Int32, Vec, Batch, Input, None, &m.query_start_loc)      \
+  X(StateIndicesTensor, "state_indices_tensor", LA, Int32, Vec, Group, Rows, Graph,                \
     &m.state_indices_tensor)                                                                       \
-  X(AlignedStart, "", All, Int32, Vec, Batch, Rows, None, nullptr)
+  X(KeptSeqLens, "", All, Int32, Vec, Batch, Rows, None, nullptr)
 
 /// Row ids of the output table.
 enum class Out : int32_t {

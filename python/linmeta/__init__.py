@@ -1,5 +1,5 @@
 """linmeta: per-step metadata of linear-attention and SSM layers (vLLM's GDN, Kimi-K3 KDA,
-Mamba2, Mamba1, ShortConv and linear-attention builders), built natively.
+Mamba2, Mamba1, ShortConv, linear-attention and Bailing builders), built natively.
 
 Builders plan a scheduler step on the host and finish every output array in the builder's
 persistent buffers (host memory, or CUDA memory with one kernel launch). Inputs are read
@@ -48,6 +48,7 @@ Mamba2MetadataBuilder = _kind_class("mamba2", "Mamba2MetadataBuilder")
 Mamba1MetadataBuilder = _kind_class("mamba1", "Mamba1MetadataBuilder")
 ShortConvMetadataBuilder = _kind_class("short_conv", "ShortConvMetadataBuilder")
 LinearMetadataBuilder = _kind_class("linear", "LinearMetadataBuilder")
+BailingLinearMetadataBuilder = _kind_class("bailing_linear", "BailingLinearMetadataBuilder")
 
 
 def fields_of(kind: str) -> tuple[str, ...]:
@@ -85,6 +86,7 @@ __all__ = [
     "GdnMetadataBuilder",
     "KdaMetadataBuilder",
     "LinearMetadataBuilder",
+    "BailingLinearMetadataBuilder",
     "Mamba1MetadataBuilder",
     "Mamba2MetadataBuilder",
     "Metadata",

@@ -1,5 +1,5 @@
 """vLLM general plugin: with LINMETA_VLLM=1, vLLM's GDN, Kimi-K3 KDA, Mamba2, Mamba1,
-ShortConv and linear-attention backends build their metadata with linmeta (linmeta.vllm's
+ShortConv, linear-attention and Bailing linear-attention backends build their metadata with linmeta (linmeta.vllm's
 drop-in builder classes).
 
 Registered as the ``vllm.general_plugins`` entry point ``linmeta`` (pyproject.toml). vLLM
@@ -24,6 +24,8 @@ BACKENDS = (
     (f"{_B}.mamba1_attn", "Mamba1AttentionBackend", "Mamba1AttentionMetadataBuilder"),
     (f"{_B}.short_conv_attn", "ShortConvAttentionBackend", "ShortConvAttentionMetadataBuilder"),
     (f"{_B}.linear_attn", "LinearAttentionBackend", "LinearAttentionMetadataBuilder"),
+    (f"{_B}.linear_attn", "BailingLinearAttentionBackend",
+     "BailingLinearAttentionMetadataBuilder"),
 )
 
 

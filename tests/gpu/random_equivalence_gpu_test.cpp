@@ -41,7 +41,7 @@ class Coverage {
       add(c.num_prefill_checkpoint_blocks > 0 ? "checkpoints=on" : "checkpoints=off");
     if (r.kind == BuilderKind::Gdn && c.profile == Profile::Seed)
       add(c.chunk_metadata ? "chunk_metadata=on" : "chunk_metadata=off");
-    if (r.kind == BuilderKind::Gdn || r.kind == BuilderKind::Linear)
+    if (r.kind == BuilderKind::Gdn || is_linear_attention(r.kind))
       if (r.is_prefilling.empty()) add("is_prefilling=absent");
     if (c.num_spec > 0 && !r.capture) add(r.has_drafts ? "drafts=given" : "drafts=absent");
     bool pad = false, long_prefill = false, lag = false;
@@ -100,7 +100,7 @@ class Coverage {
     if (kind == BuilderKind::Kda) also({"recoverssm=on", "recoverssm=off"});
     if (kind == BuilderKind::Gdn) also({"chunk_metadata=on", "chunk_metadata=off"});
     if (kind == BuilderKind::Mamba2) also({"checkpoints=on", "checkpoints=off"});
-    if (kind == BuilderKind::Gdn || kind == BuilderKind::Linear) also({"is_prefilling=absent"});
+    if (kind == BuilderKind::Gdn || is_linear_attention(kind)) also({"is_prefilling=absent"});
     std::vector<std::string> out;
     for (const auto& n : need)
       if (!seen_.contains(n)) out.push_back(n);

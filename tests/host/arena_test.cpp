@@ -16,6 +16,7 @@
 
 #include "common/test_seed.hpp"
 #include "host_step.hpp"
+#include "linmeta/names.hpp"
 #include "random_step.hpp"
 #include "src/builder_impl.hpp"
 #include "src/pack.hpp"
@@ -32,8 +33,7 @@ struct KindProfile {
 };
 
 std::string name_of(const KindProfile& p) {
-  static const char* const kNames[] = {"gdn", "kda", "mamba2", "mamba1", "short_conv", "linear"};
-  std::string s = kNames[static_cast<int>(p.kind)];
+  std::string s(names::builder_kind_name(p.kind));
   if (is_gdn_family(p.kind)) s += p.profile == Profile::Seed ? "_seed" : "_vllm034";
   return s;
 }
@@ -127,7 +127,9 @@ INSTANTIATE_TEST_SUITE_P(Kinds, StepArena,
                                            KindProfile{BuilderKind::Mamba2, Profile::Vllm034},
                                            KindProfile{BuilderKind::Mamba1, Profile::Vllm034},
                                            KindProfile{BuilderKind::ShortConv, Profile::Vllm034},
-                                           KindProfile{BuilderKind::Linear, Profile::Vllm034}),
+                                           KindProfile{BuilderKind::Linear, Profile::Vllm034},
+                                           KindProfile{BuilderKind::BailingLinear,
+                                                       Profile::Vllm034}),
                          param_name);
 
 }  // namespace

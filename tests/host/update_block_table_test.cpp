@@ -144,5 +144,38 @@ TEST(UpdateBlockTable, DoesNotReadTheReleasedSeqLens) {
   }
 }
 
+// Bailing's staged decode-only step pads the rows whose device seq_len is 0 (L2); the
+// re-gather does so from the seq_lens the build kept, not the caller's released array.
+TEST(UpdateBlockTable, BailingPadsEmptyRowsFromTheKeptSeqLens) {
+  Config c = testing::gdn_config(0, CacheMode::None, true);
+  c.chunk_metadata = false;
+  c.profile = Profile::Vllm034;
+  HostStep s;
+  s.lens({1, 1, 0}).seq({9, 20, 0}).prefilling({0, 0, 0}).iota_table(1);
+  HostStep other = s;
+  other.iota_table(1, 8, 5000);
+  BailingLinearMetadataBuilder b(c, testing::host_options());
+  BailingLinearMetadataBuilder ref(c, testing::host_options());
+  const Metadata want = ref.build(other.step());
+  ASSERT_EQ(want.state_indices_tensor.rows, 3);
+  EXPECT_EQ(want.state_indices_tensor.at(0), 5000);
+  EXPECT_EQ(want.state_indices_tensor.at(2), -1);  // PAD_SLOT_ID: seq_len 0
+  EXPECT_EQ(want.state_indices_tensor_d.ndim, 1);  // k = 0: 1-D, the same rows
+  EXPECT_EQ(want.state_indices_tensor_d.rows, 3);
+
+  auto released = std::make_unique<int32_t[]>(3);
+  std::copy(s.seq_lens.begin(), s.seq_lens.end(), released.get());
+  Step step = s.step();
+  step.seq_lens = released.get();
+  const Metadata built = b.build(step);
+  // Reused memory: read, it would pad rows 0 and 1 and not row 2.
+  const int32_t reused[] = {0, 0, 7};
+  std::copy(reused, reused + 3, released.get());
+  const Metadata got = b.update_block_table(built, other.block_table());
+  std::copy(s.seq_lens.begin(), s.seq_lens.end(), released.get());  // seq_lens is a view
+  EXPECT_EQ(cases::to_json(got, BuilderKind::BailingLinear),
+            cases::to_json(want, BuilderKind::BailingLinear));
+}
+
 }  // namespace
 }  // namespace linmeta

@@ -572,6 +572,9 @@ def plain_cases():
         ("mamba1.build", "mamba1", "build", False),
         ("short_conv.build", "short_conv", "build", False),
         ("linear.build", "linear", "build", False),
+        ("bailing_linear.build", "bailing_linear", "build", False),
+        ("bailing_linear.build_for_cudagraph_capture", "bailing_linear",
+         "build_for_cudagraph_capture", False),
     ]
     for entry, kind, method, groups in entries:
         builders = {}

@@ -1,4 +1,4 @@
-"""linmeta.vllm's Mamba-family drop-ins (Mamba2, Mamba1, ShortConv, linear attention) on CPU
+"""linmeta.vllm's Mamba-family drop-ins (Mamba2, Mamba1, ShortConv, linear attention, Bailing) on CPU
 without vLLM, against the real vLLM 0.34 wheel's outputs recorded in tests/data
 (vllm034_mamba_public.jsonl, vllm034_mamba.jsonl and the error files: ../shared/cases/README.md,
 "The vLLM 0.34 Mamba family").
@@ -31,7 +31,7 @@ import linmeta  # noqa: E402
 
 FILES = ("vllm034_mamba_public", "vllm034_mamba")
 ERROR_FILES = ("vllm034_mamba_public_errors", "vllm034_mamba")
-MAMBA_KINDS = ("mamba2", "mamba1", "short_conv", "linear")
+MAMBA_KINDS = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear")
 CASES = [c for c in cu.all_cases(FILES) if c["builder"] in MAMBA_KINDS]
 ERRORS = [c for c in cu.error_cases(ERROR_FILES) if c["builder"] in MAMBA_KINDS]
 MULTI = [c for c in CASES if "groups" in c["step"]]
@@ -40,6 +40,7 @@ CLASS_NAMES = {
     "mamba1": "Mamba1AttentionMetadataBuilder",
     "short_conv": "ShortConvAttentionMetadataBuilder",
     "linear": "LinearAttentionMetadataBuilder",
+    "bailing_linear": "BailingLinearAttentionMetadataBuilder",
 }
 # Builders whose build() vLLM's runner hands the spec-decode counts (wheel_mamba.py).
 GETS_SPEC_KWARGS = ("mamba2", "short_conv")
@@ -165,6 +166,8 @@ def call(b, case, m, accepted, drafts):
         n = m.num_reqs
         return b.build(0, m, num_accepted_tokens=None if accepted is None else accepted[:n],
                        num_decode_draft_tokens_cpu=None if drafts is None else drafts[:n])
+    if case["builder"] == "bailing_linear" and accepted is not None:
+        return b.build(0, m, num_accepted_tokens=accepted[:m.num_reqs])  # as wheel_mamba.py
     return b.build(0, m)
 
 
@@ -257,9 +260,9 @@ def _attr_case(kind, spec):
 @pytest.mark.parametrize("spec", [False, True], ids=["k0", "spec"])
 def test_builder_attributes_are_vllms(lv, kind, spec):
     """vLLM 0.34's attributes: the Mamba base builder's CUDA-graph support UNIFORM_BATCH
-    (linear attention: UNIFORM_SINGLE_TOKEN_DECODE), reorder_batch_threshold 1 (1 + k with
-    spec decode, except linear attention), update_block_table supported but under spec decode
-    (linear attention: never), decode_cudagraph_max_bs = min(max_num_seqs, capture size),
+    (linear attention: UNIFORM_SINGLE_TOKEN_DECODE; Bailing answers UNIFORM_BATCH),
+    reorder_batch_threshold 1 (1 + k with spec decode, except linear attention),
+    update_block_table supported but under spec decode (linear attention, Bailing: never), decode_cudagraph_max_bs = min(max_num_seqs, capture size),
     Mamba2's chunk size from the model config."""
     try:
         case = _attr_case(kind, spec)
@@ -275,6 +278,14 @@ def test_builder_attributes_are_vllms(lv, kind, spec):
         assert type(b)._cudagraph_support is cg.UNIFORM_SINGLE_TOKEN_DECODE
         assert b.reorder_batch_threshold == 1
         assert b.supports_update_block_table is False
+        return
+    if kind == "bailing_linear":  # its own get_cudagraph_support; the class attribute inherited
+        assert type(b)._cudagraph_support is cg.UNIFORM_SINGLE_TOKEN_DECODE
+        assert type(b).get_cudagraph_support(b.vllm_config, b.kv_cache_spec) is cg.UNIFORM_BATCH
+        assert b.reorder_batch_threshold == 1 + k
+        assert b.supports_update_block_table is False and b.supports_spec_decode_metadata
+        assert b.num_spec_tokens == k and b.use_spec_decode == (k > 0)
+        assert b.decode_cudagraph_max_bs == min(c["max_num_seqs"], c["max_cudagraph_capture_size"])
         return
     assert type(b)._cudagraph_support is cg.UNIFORM_BATCH
     assert b.reorder_batch_threshold == 1 + k
@@ -303,15 +314,17 @@ def test_unsupported_configurations_are_refused_without_vllm(lv, monkeypatch, ki
                                                              over, reason):
     """A configuration linmeta does not serve falls back to vLLM's own builder; without vLLM
     there is none: NotImplementedError naming the reason. (Linear attention: the profile
-    only.)"""
+    only; Bailing: not ReplaySSM.)"""
     case = next(c for c in CASES if c["builder"] == kind)
     cls = getattr(lv, CLASS_NAMES[kind])
     if lv._common.vllm_class(*cls.replaces) is not None:
         pytest.skip("vLLM's Mamba builders are importable")
     for m in (lv, lv._common, lv.gdn, lv.mamba):
         monkeypatch.setattr(m, "PROFILE", profile)
-    if kind == "linear" and profile is not None:
-        builders_of(lv, case, 1, **over)  # served: linear attention reads none of these
+    # Linear attention reads none of these; Bailing reads the spec-decode threshold only.
+    if profile is not None and (kind == "linear" or (kind == "bailing_linear"
+                                                     and reason == "ReplaySSM")):
+        builders_of(lv, case, 1, **over)
         return
     with pytest.raises(NotImplementedError, match=f"{CLASS_NAMES[kind]}: {reason}"):
         builders_of(lv, case, 1, **over)

@@ -5,7 +5,8 @@ attention). Run with the vLLM venv's interpreter:
   adapter_diff.py [--builders LIST] [--steps N] [--seed S] [--zero-drafts P] [--public FILE]
                   [--mamba-public FILES] [--show K] [--dump F] [--record F]
 
---builders: a comma- (or space-) separated subset of gdn,kda,mamba2,mamba1,short_conv,linear
+--builders: a comma- (or space-) separated subset of
+gdn,kda,mamba2,mamba1,short_conv,linear,bailing_linear
 (default all). For each step both sides get the same vllm_config / kv_cache_spec objects
 (tests/vllm/wheel_builders.py, one pair per KV-cache group) and the same CommonAttentionMetadata
 / accepted / draft tensors, and are called as vLLM 0.34's model runner V2 calls them.
@@ -79,6 +80,7 @@ sys.path.insert(1, os.path.join(REPO, "tests", "python"))
 import wheel_env  # noqa: E402  (first: environment and CPU stand-ins)
 import mamba_steps  # noqa: E402
 import wheel_builders  # noqa: E402
+import wheel_mamba  # noqa: E402
 import wheel_runner  # noqa: E402
 from wheel_env import torch  # noqa: E402
 
@@ -104,7 +106,7 @@ MAMBA_PUBLIC = ",".join((
     os.path.join(REPO, "tests", "data", "vllm034_mamba.jsonl"),
 ))
 GDN_KDA = ("gdn", "kda")
-MAMBA = tuple(wheel_builders.MAMBA_BUILDERS)  # mamba2, mamba1, short_conv, linear
+MAMBA = tuple(wheel_builders.MAMBA_BUILDERS)  # mamba2, mamba1, short_conv, linear, bailing
 ALL_BUILDERS = GDN_KDA + MAMBA
 ADAPTER = {"gdn": lv.GDNAttentionMetadataBuilder, "kda": lv.KimiK3KDAMetadataBuilder}
 REFERENCE = {
@@ -393,6 +395,8 @@ def _mrv2(builders, kind: str, case: dict, per_group, accepted, drafts, shared: 
                 how = "capture"
             else:
                 kw = state.get_extra_attn_kwargs(b, num_reqs)
+                if not kw and kind in wheel_mamba.ACCEPTED_KWARG and accepted is not None:
+                    kw = {"num_accepted_tokens": accepted}  # an engine's own call (Bailing)
                 if shared:
                     kw = {k: {"num_accepted_tokens": accepted,
                               "num_decode_draft_tokens_cpu": drafts}[k] for k in kw}

@@ -51,7 +51,8 @@ import json
 import random
 import sys
 
-BUILDERS = ("mamba2", "mamba1", "short_conv", "linear")
+BUILDERS = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear")
+LINEAR = ("linear", "bailing_linear")  # no graph limit at capture, no is_prefilling rules
 BLOCK_SIZES = (16, 64, 256, 528)
 CHUNK_SIZES = (64, 128, 256)
 CAPTURE_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128, 192, 256, 320, 384, 512)
@@ -211,9 +212,9 @@ def _capture_step(rng: random.Random, c: dict, builder: str) -> dict:
     x = rng.random()
     # Over the graph limit: the Mamba builders assert; linear attention has no limit, and no
     # batch has more rows than the scheduler's max_num_seqs.
-    if x < 0.04 and (builder != "linear" or limit < c["max_num_seqs"]):
+    if x < 0.04 and (builder not in LINEAR or limit < c["max_num_seqs"]):
         n = rng.randint(limit + 1, limit + 8)
-        if builder == "linear":
+        if builder in LINEAR:
             n = min(n, c["max_num_seqs"])
     else:
         n = rng.randint(1, min(fits, limit))
@@ -331,7 +332,10 @@ def random_step(rng: random.Random, c: dict, builder: str, groups: int, zero_dra
         "num_decode_draft_tokens_cpu": None,
         "num_accepted_tokens": None,
     }
-    if k > 0:
+    if k > 0 and builder == "bailing_linear":
+        # The runner hands Bailing no counts; an engine calling build() itself may.
+        step["num_accepted_tokens"] = accepted if rng.random() < 0.5 else None
+    elif k > 0:
         step["num_accepted_tokens"] = accepted
         step["num_decode_draft_tokens_cpu"] = drafts if rng.random() < 0.95 else None
     return step

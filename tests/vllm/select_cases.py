@@ -18,7 +18,7 @@ import collections
 import json
 
 
-MAMBA = ("mamba2", "mamba1", "short_conv", "linear")
+MAMBA = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear")
 
 
 def _query_lens(step: dict) -> list[int]:

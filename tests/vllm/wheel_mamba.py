@@ -49,6 +49,9 @@ REPLAYSSM_FIELDS = {
 }
 # Builders whose build() the runner hands the spec-decode counts (mamba_hybrid.py:59-68).
 GETS_SPEC_KWARGS = {"mamba2", "short_conv"}
+# Bailing's build() takes num_accepted_tokens though the runner hands it none: the harness
+# passes the step's when the case has them (the speculative path an engine's own call takes).
+ACCEPTED_KWARG = {"bailing_linear"}
 
 
 class HarnessMismatch(RuntimeError):
@@ -104,6 +107,8 @@ def _build(b, builder: str, mode: str, m, accepted, drafts):
     if builder in GETS_SPEC_KWARGS:
         # The runner computes both only when num_speculative_tokens > 0 (else None).
         return b.build(0, m, num_accepted_tokens=accepted, num_decode_draft_tokens_cpu=drafts)
+    if builder in ACCEPTED_KWARG and accepted is not None:
+        return b.build(0, m, num_accepted_tokens=accepted)
     return b.build(0, m)
 
 

@@ -205,7 +205,8 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
   r.num_reqs = n;
   r.qsl.assign(1, 0);
   r.has_drafts = k > 0 && !r.capture && coin(rng, 0.9);
-  r.has_accepted = k > 0 && !r.capture;
+  // Bailing decodes speculatively only when handed accepted counts (L2): both ways.
+  r.has_accepted = k > 0 && !r.capture && (o.kind != BuilderKind::BailingLinear || coin(rng));
   const bool with_prefilling = o.kind == BuilderKind::Kda || mamba || coin(rng, 0.7);
   for (int32_t i = 0; i < n; ++i) {
     const auto u = static_cast<size_t>(i);

@@ -14,6 +14,7 @@ launch, the others are served from that plan. docs/vllm.md.
 from ._common import PROFILE, register_with_vllm
 from .gdn import GDNAttentionMetadataBuilder, KimiK3KDAMetadataBuilder
 from .mamba import (
+    BailingLinearAttentionMetadataBuilder,
     LinearAttentionMetadataBuilder,
     Mamba1AttentionMetadataBuilder,
     Mamba2AttentionMetadataBuilder,
@@ -28,12 +29,14 @@ BUILDERS = (
     Mamba1AttentionMetadataBuilder,
     ShortConvAttentionMetadataBuilder,
     LinearAttentionMetadataBuilder,
+    BailingLinearAttentionMetadataBuilder,
 )
 
 register_with_vllm(BUILDERS)
 
 __all__ = [
     "BUILDERS",
+    "BailingLinearAttentionMetadataBuilder",
     "GDNAttentionMetadataBuilder",
     "KimiK3KDAMetadataBuilder",
     "LinearAttentionMetadataBuilder",

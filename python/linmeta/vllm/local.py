@@ -17,6 +17,7 @@ _NAMES = {
     "mamba1": "Mamba1AttentionMetadata",
     "short_conv": "ShortConvAttentionMetadata",
     "linear": "LinearAttentionMetadata",
+    "bailing_linear": "BailingLinearAttentionMetadata",
 }
 
 

@@ -1,6 +1,7 @@
 """vLLM 0.34's Mamba-family metadata builders, built by linmeta: Mamba2 (Nemotron-H, Granite
-4.0, Falcon-H1, Zamba2, Bamba), Mamba1 (Jamba, Falcon-Mamba), ShortConv (LFM2) and linear
-attention (MiniMax-Text-01 / M1). linmeta has vLLM 0.34's rules for them only."""
+4.0, Falcon-H1, Zamba2, Bamba), Mamba1 (Jamba, Falcon-Mamba), ShortConv (LFM2), linear
+attention (MiniMax-Text-01 / M1) and its Bailing subclass (Ling hybrids). linmeta has vLLM
+0.34's rules for them only."""
 
 from __future__ import annotations
 
@@ -9,6 +10,17 @@ from .local import local_class
 
 _BACKENDS = "vllm.v1.attention.backends"
 _CHECKPOINT = ("vllm.model_executor.layers.mamba.checkpoint", "MambaPrefillCheckpointMetadata")
+
+
+def _threshold_unsupported(vllm_config) -> str | None:
+    """Where vLLM's reorder_batch_threshold is not linmeta's 1 + k (or 1)."""
+    spec = vllm_config.speculative_config
+    if spec is not None and getattr(spec, "parallel_drafting", False):
+        return "parallel drafting (decode threshold 1 + 2k)"
+    dcp = getattr(getattr(vllm_config, "parallel_config", None), "decode_context_parallel_size", 1)
+    if dcp > 1:
+        return "decode context parallelism"
+    return None
 
 
 class _MambaBuilder(Builder, Base):
@@ -26,17 +38,9 @@ class _MambaBuilder(Builder, Base):
     def unsupported(cls, kv_cache_spec, vllm_config):
         if PROFILE != "vllm-0.34":
             return "linmeta has vLLM 0.34's Mamba rules only"
-        cache = vllm_config.cache_config
-        if getattr(cache, "use_replayssm", False):
+        if getattr(vllm_config.cache_config, "use_replayssm", False):
             return "ReplaySSM"
-        spec = vllm_config.speculative_config
-        if spec is not None and getattr(spec, "parallel_drafting", False):
-            return "parallel drafting (decode threshold 1 + 2k)"
-        dcp = getattr(getattr(vllm_config, "parallel_config", None),
-                      "decode_context_parallel_size", 1)
-        if dcp > 1:
-            return "decode context parallelism"
-        return None
+        return _threshold_unsupported(vllm_config)
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -120,3 +124,43 @@ class LinearAttentionMetadataBuilder(Builder, Base):
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         return super().build(common_prefix_len, common_attn_metadata)
+
+
+class BailingLinearAttentionMetadataBuilder(LinearAttentionMetadataBuilder):
+    """vLLM 0.34's BailingLinearAttentionMetadataBuilder (linear_attn.py), built by linmeta:
+    linear attention with decode / prefill state indices, speculative decoding when build()
+    is handed accepted counts, FULL-graph staging of decode-only steps."""
+
+    kind = "bailing_linear"
+    replaces = (f"{_BACKENDS}.linear_attn", "BailingLinearAttentionMetadataBuilder")
+    supports_spec_decode_metadata = True
+    supports_update_block_table: bool = False
+
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config, kv_cache_spec):
+        return AttentionCGSupport.UNIFORM_BATCH
+
+    @classmethod
+    def unsupported(cls, kv_cache_spec, vllm_config):
+        return super().unsupported(kv_cache_spec, vllm_config) or _threshold_unsupported(
+            vllm_config)
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        self.compilation_config = vllm_config.compilation_config
+        self.num_spec_tokens: int = vllm_config.num_speculative_tokens
+        self.use_spec_decode: bool = self.num_spec_tokens > 0
+        max_bs = vllm_config.scheduler_config.max_num_seqs
+        cap = self.compilation_config.max_cudagraph_capture_size
+        self.decode_cudagraph_max_bs: int = max_bs if cap is None else min(max_bs, cap)
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self._init_reorder_batch_threshold(1, self.use_spec_decode)
+
+    def metadata_class(self):
+        return vllm_class(f"{_BACKENDS}.linear_attn", "BailingLinearAttentionMetadata") or (
+            local_class("bailing_linear"))
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build=False, *,
+              num_accepted_tokens=None, num_decode_draft_tokens_cpu=None):
+        # vLLM's takes the draft counts and never reads them.
+        return Builder.build(self, common_prefix_len, common_attn_metadata,
+                             num_accepted_tokens=num_accepted_tokens)
