@@ -6,7 +6,8 @@
 #   scripts/vllm-diff.sh [--steps N] [--chunk C] [--seed S] [--zero-drafts P] [--record FILE]
 #                        [--builders "gdn kda"] [--keep DIR] [--make-data]
 #
-# --builders also takes vLLM's Mamba family: "mamba2 mamba1 short_conv linear bailing_linear". Their steps
+# --builders also takes vLLM's Mamba family: "mamba2 mamba1 short_conv linear bailing_linear
+# ple_short_conv". Their steps
 # come from tests/vllm/mamba_steps.py (linmeta-stepgen knows gdn/kda only), the wheel fills
 # them the same way, and linmeta-replay checks them once it accepts those builder names; until
 # then the run stops after the fill ("fill only") and keeps the filled files (--keep DIR, by
@@ -63,12 +64,12 @@ export VLLM_TARGET_DEVICE=cpu CUDA_VISIBLE_DEVICES=""
 QUIET='^W[0-9]{4}|deprecated|vllm._C|max_num_scheduled_tokens|Reset SSM'
 harness() { (cd tests/vllm && "$PY" wheel_cases.py "$@") 2> >(grep -Ev "$QUIET" >&2); }
 
-is_mamba() { case "$1" in mamba2|mamba1|short_conv|linear|bailing_linear) return 0 ;; *) return 1 ;; esac; }
+is_mamba() { case "$1" in mamba2|mamba1|short_conv|linear|bailing_linear|ple_short_conv) return 0 ;; *) return 1 ;; esac; }
 any_mamba=0 any_gdn=0
 for builder in $BUILDERS; do
   if is_mamba "$builder"; then any_mamba=1
   elif [ "$builder" = gdn ] || [ "$builder" = kda ]; then any_gdn=1
-  else echo "unknown builder '$builder' (gdn kda mamba2 mamba1 short_conv linear bailing_linear)" >&2; exit 2
+  else echo "unknown builder '$builder' (gdn kda mamba2 mamba1 short_conv linear bailing_linear ple_short_conv)" >&2; exit 2
   fi
 done
 
@@ -152,7 +153,7 @@ if [ "$MAKE_DATA" = 1 ]; then
   shopt -s nullglob
   gdn_kept=("$WORK"/keep-gdn-*.jsonl "$WORK"/keep-kda-*.jsonl)
   mamba_kept=("$WORK"/keep-mamba2-*.jsonl "$WORK"/keep-mamba1-*.jsonl "$WORK"/keep-short_conv-*.jsonl
-    "$WORK"/keep-linear-*.jsonl "$WORK"/keep-bailing_linear-*.jsonl)
+    "$WORK"/keep-linear-*.jsonl "$WORK"/keep-bailing_linear-*.jsonl "$WORK"/keep-ple_short_conv-*.jsonl)
   if [ ${#gdn_kept[@]} -gt 0 ]; then
     python3 tests/vllm/select_cases.py tests/data/vllm034.jsonl "${gdn_kept[@]}" --per-tag 14
   fi

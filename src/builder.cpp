@@ -87,8 +87,10 @@ std::span<const Metadata> MetadataBuilder::Impl::build(const Step& step,
     m = Metadata{};
     m.target = options_.target;
     m.step_id = plan.step_id;
-    const StepArrays in{step.seq_lens, step.num_accepted_tokens, step.query_start_loc,
-                        tables[static_cast<size_t>(g)]};
+    const StepArrays in{
+        step.seq_lens, step.num_accepted_tokens, step.query_start_loc,
+        tables[static_cast<size_t>(g)],
+        step.num_decode_draft_tokens.empty() ? nullptr : step.num_decode_draft_tokens.data()};
     materialize(m, kind_, plan, packed_.views, layout_, executor_->buffers(), g, in, config_,
                 Rows::All);
   }

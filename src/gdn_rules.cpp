@@ -156,14 +156,6 @@ void fill_row_lists(StepPlan& p, bool keep_padding) {
   p.ns_rows.identity = false;
 }
 
-void fill_cumsum(const StepPlan& p, const RowList& rows, Cumsum& out) {
-  out.v[0] = 0;
-  for (int32_t i = 0; i < rows.n; ++i) out.v[i + 1] = out.v[i] + p.ql(rows[i]);
-  out.n = rows.n;
-  out.is_qsl = false;
-  out.present = true;
-}
-
 /// K5 (vllm-0.34, KDA mixed path): where each token set starts when the spec and the
 /// non-spec tokens are two contiguous runs (one switch between active rows).
 void plan_token_starts(Ctx& x) {

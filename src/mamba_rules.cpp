@@ -72,12 +72,12 @@ void plan_mamba(Ctx& x) {
   const Config& c = x.c;
   const int32_t n = p.num_reqs;
   const bool spec = c.num_spec > 0;
-  const bool mamba1 = x.kind == BuilderKind::Mamba1;
   // M1: what vLLM 0.34's runner hands build(): Mamba2 and ShortConv the step's accepted and
   // draft counts, Mamba1 neither (its build() drops them); a capture build passes accepted =
-  // the query lengths when k > 0 and no drafts.
-  const bool accepted = !mamba1 && (x.capture ? spec : x.s.num_accepted_tokens != nullptr);
-  const int32_t* drafts = mamba1 || x.capture || x.s.num_decode_draft_tokens.empty()
+  // the query lengths when k > 0 and no drafts. P2: PLE's non-speculative path hands neither.
+  const bool none = x.kind == BuilderKind::Mamba1 || x.kind == BuilderKind::PleShortConv;
+  const bool accepted = !none && (x.capture ? spec : x.s.num_accepted_tokens != nullptr);
+  const int32_t* drafts = none || x.capture || x.s.num_decode_draft_tokens.empty()
                               ? nullptr
                               : x.s.num_decode_draft_tokens.data();
   require_is_prefilling(x.s, "by the Mamba builders");
@@ -123,6 +123,7 @@ void plan_mamba(Ctx& x) {
   if (np == 0) return;
   // M4: the prefill rows' metadata.
   p.has_initial_state = true;
+  if (x.kind == BuilderKind::PleShortConv) return;  // no causal-conv1d metadata (P2)
   plan_conv1d(p, p.qsl.data() + nd, np);
   if (x.kind != BuilderKind::Mamba2) return;
   for (int32_t r = nd; r < n; ++r) p.prep_initial_states = p.prep_initial_states || ub[r] > p.ql(r);

@@ -205,6 +205,11 @@ class Packer {
   // The Mamba base builders and linear attention.
   void mamba_gathers();
   void mamba_fields();
+  // PLE ShortConv.
+  void ple_gathers();
+  void ple_fields();
+  // Shared.
+  void token_partition();
   // Shared.
   void conv1d();
   void checkpoint_gather(const CheckpointRows& rows, int32_t cols);
@@ -235,9 +240,12 @@ void Packer::run(PackMode mode, std::span<const TableRef> tables, int32_t group_
   ns_rows_ = put_rows(p_.ns_rows);
   sp_rows_ = p_.path != Path::NoSpec ? put_rows(p_.sp_rows) : kIdentity;
   const bool gdn = is_gdn_family(kind_);
+  const bool ple = kind_ == BuilderKind::PleShortConv;
   const CheckpointRows& cp = kind_ == BuilderKind::Mamba2 ? kCheckpointMeta : kCheckpoint;
   if (gdn)
     gdn_gathers();
+  else if (ple)
+    ple_gathers();
   else
     mamba_gathers();
   if (mode == PackMode::GathersOnly) {
@@ -245,15 +253,17 @@ void Packer::run(PackMode mode, std::span<const TableRef> tables, int32_t group_
       checkpoint_gather(cp, put(p_.checkpoint.cols.data(), p_.checkpoint.rows.n));
   } else {
     counts();
+    if (p_.path != Path::NoSpec) mask_ = put(p_.mask.data(), n);
+    if (p_.ns_qsl.present) ns_qsl_ = put_cumsum(p_.ns_qsl);
+    if (p_.sp_qsl.present) sp_qsl_ = put_cumsum(p_.sp_qsl);
     if (gdn) {
-      if (p_.path != Path::NoSpec) mask_ = put(p_.mask.data(), n);
-      if (p_.ns_qsl.present) ns_qsl_ = put_cumsum(p_.ns_qsl);
-      if (p_.sp_qsl.present) sp_qsl_ = put_cumsum(p_.sp_qsl);
       masks_and_tokens();
       cumsums_and_accepted();
       prefill();
       if (kda()) kda_extras();
       flashinfer_extras();
+    } else if (ple) {
+      ple_fields();
     } else {
       mamba_fields();
     }
@@ -329,13 +339,19 @@ void Packer::masks_and_tokens() {
   if (p_.tokens == StepPlan::Tokens::Arange) {  // int32, as the reference's torch.arange
     emit(Out::SpecTokenIndx, p_.stage_spec, p_.arange_len, Arange{});
     emit(Out::NonSpecTokenIndx, p_.stage_spec, 0, Arange{});
-  } else if (p_.tokens == StepPlan::Tokens::Partition) {  // int64, as its stable argsort
-    const int32_t ns_tokens = p_.ns_qsl.v[static_cast<size_t>(p_.ns_qsl.n)];
-    emit(Out::NonSpecTokenIndx, false, ns_tokens,
-         TokenPartition{.rows = ns_rows_, .n_seqs = p_.ns_rows.n, .cumsum = ns_qsl_}, DType::Int64);
-    emit(Out::SpecTokenIndx, false, p_.total_tokens - ns_tokens,
-         TokenPartition{.rows = sp_rows_, .n_seqs = p_.sp_rows.n, .cumsum = sp_qsl_}, DType::Int64);
+  } else if (p_.tokens == StepPlan::Tokens::Partition) {
+    token_partition();
   }
+}
+
+/// The token ids of the non-spec rows and of the spec rows, each in their rows' order:
+/// int64, as the reference's stable argsort.
+void Packer::token_partition() {
+  const int32_t ns_tokens = p_.ns_qsl.v[static_cast<size_t>(p_.ns_qsl.n)];
+  emit(Out::NonSpecTokenIndx, false, ns_tokens,
+       TokenPartition{.rows = ns_rows_, .n_seqs = p_.ns_rows.n, .cumsum = ns_qsl_}, DType::Int64);
+  emit(Out::SpecTokenIndx, false, p_.total_tokens - ns_tokens,
+       TokenPartition{.rows = sp_rows_, .n_seqs = p_.sp_rows.n, .cumsum = sp_qsl_}, DType::Int64);
 }
 
 void Packer::cumsums_and_accepted() {
@@ -508,6 +524,77 @@ void Packer::mamba_fields() {
          CopyValues{.src = put(p_.ckpt_chunk.data(), np), .n_real = np, .add = 0}, DType::Int64);
 }
 
+/// P2 / P3: PLE ShortConv's state indices. Without drafting rows the base builder's
+/// (M3) and column 0 of every row; else column 0 of the spec rows (1-D, staged on a
+/// spec-only step) and of the non-spec rows, whose decode and prefill parts are arrays of
+/// their own (vLLM's are distinct tensors).
+void Packer::ple_gathers() {
+  const int32_t n = p_.num_reqs;
+  const int32_t nd = p_.num_decodes, np = p_.num_prefills, N = p_.num_spec_decodes;
+  auto column0 = [](int32_t rows, int32_t real, int32_t count) {
+    return GatherState{
+        .rows = rows, .n_real = real, .n_rows = count, .cols = 1, .pad = StatePad::Null};
+  };
+  if (p_.path == Path::NoSpec) {
+    mamba_gathers();
+    // vLLM's is column 0 of the decode then the prefill state indices: of every row (a
+    // staged step has only decode rows).
+    emit(Out::StateIndicesTensor, false, n, column0(kIdentity, n, n));
+    return;
+  }
+  const int32_t rows = p_.stage_spec ? n : N;
+  emit(Out::SpecStateIndices, p_.stage_spec, rows, column0(sp_rows_, N, rows)).column = true;
+  if (p_.path == Path::PureSpec) {
+    emit(Out::StateIndicesTensor, false, 0, column0(kIdentity, 0, 0));
+    return;
+  }
+  emit(Out::StateIndicesTensor, false, nd + np, column0(ns_rows_, nd + np, nd + np));
+  emit(Out::StateIndicesTensorD, false, nd, column0(ns_rows_, nd, nd)).column = true;
+  emit(Out::StateIndicesTensorP, false, np, column0(ns_rows_ + nd, np, np));
+}
+
+/// P1–P3: every other field of PLE ShortConv.
+void Packer::ple_fields() {
+  const int32_t n = p_.num_reqs;
+  const int32_t nd = p_.num_decodes, np = p_.num_prefills, N = p_.num_spec_decodes;
+  set(Out::SpecQueryLen, c_.num_spec + 1);
+  set(Out::MaxPrefillQueryLen, p_.max_prefill_query_len);
+  input(Out::QueryStartLoc, StepInput::QueryStartLoc, n + 1);
+  if (p_.drafts_given)
+    input(Out::NumDecodeDraftTokensCpu, StepInput::Drafts, n);
+  else if (p_.capture && c_.num_spec > 0)
+    host(Out::NumDecodeDraftTokensCpu, p_.capture_drafts, n);
+  if (p_.path == Path::NoSpec) {
+    mamba_fields();
+    input(Out::NonSpecQueryStartLoc, StepInput::QueryStartLoc, n + 1);
+    if (nd > 0)
+      emit(Out::HasInitialStatesD, p_.stage_decode, nd, InitialState{.rows = kIdentity},
+           DType::Bool);
+    return;
+  }
+  input(Out::SeqLens, StepInput::SeqLens, n);
+  const bool st = p_.stage_spec;
+  const int32_t rows = st ? n : N;
+  emit(Out::SpecSequenceMasks, st, n, CopyMask{.src = mask_, .n_real = n}, DType::Bool);
+  emit(Out::SpecQueryStartLoc, st, rows + 1, CopyValues{.src = sp_qsl_, .n_real = N + 1, .add = 0});
+  emit(Out::NumAcceptedTokens, st, rows, AcceptedCounts{.rows = sp_rows_, .n_real = N});
+  if (p_.path == Path::PureSpec) return;
+  const int32_t ns = nd + np;
+  emit(Out::NonSpecQueryStartLoc, false, ns + 1,
+       CopyValues{.src = ns_qsl_, .n_real = ns + 1, .add = 0});
+  token_partition();
+  if (nd > 0) {
+    emit(Out::HasInitialStatesD, false, nd, InitialState{.rows = ns_rows_}, DType::Bool);
+    emit(Out::QueryStartLocD, false, nd + 1,
+         CopyValues{.src = ns_qsl_, .n_real = nd + 1, .add = 0});
+  }
+  if (np > 0) {
+    emit(Out::HasInitialStatesP, false, np, InitialState{.rows = ns_rows_ + nd}, DType::Bool);
+    emit(Out::QueryStartLocP, false, np + 1,
+         CopyValues{.src = ns_qsl_ + nd, .n_real = np + 1, .add = -nd});
+  }
+}
+
 /// vLLM's causal-conv1d metadata (SPEC §6): the padded program arrays on the target, the
 /// per-sequence counts and the program lists in the plan's host memory.
 void Packer::conv1d() {
@@ -597,7 +684,7 @@ StepPlan largest_plan(const Config& c, BuilderKind kind, PlanStorage& storage) {
   const int32_t R = c.max_num_seqs;
   p.num_reqs = R;
   p.num_decodes = p.num_prefills = R;
-  p.path = is_gdn_family(kind) ? Path::Mixed : Path::NoSpec;
+  p.path = is_gdn_family(kind) || kind == BuilderKind::PleShortConv ? Path::Mixed : Path::NoSpec;
   p.tokens = StepPlan::Tokens::Partition;
   p.mask_output = p.ns_state = p.ns_qsl_output = true;
   for (RowList* rows : {&p.ns_rows, &p.sp_rows}) {
@@ -671,6 +758,7 @@ Array array_of(const OutputSpec& spec, const FieldView& f, const BufferLayout& l
     case Source::Input:
       a.data = f.input == StepInput::SeqLens    ? in.seq_lens
                : f.input == StepInput::Accepted ? in.accepted
+               : f.input == StepInput::Drafts   ? in.drafts
                                                 : in.query_start_loc;
       break;
   }

@@ -21,7 +21,7 @@ enum class Source : int32_t {
   Input,   ///< one of the step's own arrays (`input`)
 };
 /// The step arrays an output may be (Cap::Input rows).
-enum class StepInput : int32_t { SeqLens, Accepted, QueryStartLoc, BlockTable };
+enum class StepInput : int32_t { SeqLens, Accepted, QueryStartLoc, BlockTable, Drafts };
 
 /// One row of the output table in one step: a scalar's value, a composite's presence, or
 /// where an array lives and its length (its shape's other dimension comes from the table).
@@ -85,7 +85,8 @@ struct StepArrays {
   const int32_t* seq_lens = nullptr;
   const int32_t* accepted = nullptr;
   const int32_t* query_start_loc = nullptr;
-  BlockTable table;  ///< this group's raw table
+  BlockTable table;                 ///< this group's raw table
+  const int32_t* drafts = nullptr;  ///< host num_decode_draft_tokens
 };
 
 /// Sets the fields of `m` of the table rows `which` selects (Scope::Group ones only, or all)

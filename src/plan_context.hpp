@@ -30,8 +30,13 @@ struct Ctx {
 void plan_gdn_family(Ctx& x);
 /// The Mamba base builders (docs/semantics.md M1–M5): mamba_rules.cpp.
 void plan_mamba(Ctx& x);
-/// Linear attention (docs/semantics.md L1): mamba_rules.cpp.
+/// Linear attention (docs/semantics.md L1, L2): mamba_rules.cpp.
 void plan_linear(Ctx& x);
+/// PLE ShortConv (docs/semantics.md P1–P3): ple_rules.cpp.
+void plan_ple_short_conv(Ctx& x);
+
+/// The cumulative query lengths of `rows` ([rows.n + 1], from 0).
+void fill_cumsum(const StepPlan& p, const RowList& rows, Cumsum& out);
 
 /// vLLM's compute_causal_conv1d_metadata over `n` sequences with cumulative lengths `cu`
 /// (read as differences): programs per sequence, their offsets and the host lists.

@@ -76,6 +76,14 @@ void plan_conv1d(StepPlan& p, const int32_t* cu, int32_t n) {
     }
 }
 
+void fill_cumsum(const StepPlan& p, const RowList& rows, Cumsum& out) {
+  out.v[0] = 0;
+  for (int32_t i = 0; i < rows.n; ++i) out.v[i + 1] = out.v[i] + p.ql(rows[i]);
+  out.n = rows.n;
+  out.is_qsl = false;
+  out.present = true;
+}
+
 int32_t checkpoint_alignment(const Config& c, BuilderKind kind) {
   if (c.prefill_checkpoint_alignment > 0) return c.prefill_checkpoint_alignment;
   if (kind == BuilderKind::Kda) return kKdaCheckpointAlign;
@@ -162,6 +170,8 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
     plan_gdn_family(x);
   else if (is_linear_attention(kind))
     plan_linear(x);
+  else if (kind == BuilderKind::PleShortConv)
+    plan_ple_short_conv(x);
   else
     plan_mamba(x);
   check_table_widths(tables, p.width);

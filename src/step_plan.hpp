@@ -148,6 +148,9 @@ struct StepPlan : StepCounts {
   std::span<int32_t> last_chunk;   ///< [num_prefills]
   bool checkpoint_chunks = false;  ///< checkpoint_chunk_idx present
   std::span<int32_t> ckpt_chunk;   ///< [num_prefills]
+  // PLE ShortConv (docs/semantics.md P1–P3): path NoSpec is the base builder's split.
+  int32_t max_prefill_query_len = 0;
+  bool drafts_given = false;  ///< num_decode_draft_tokens_cpu is the caller's array
 
   /// The widest block-table read (checked for every table, also by update_block_table).
   WidthNeed width;

@@ -40,10 +40,16 @@ void validate_profile(const Config& c, BuilderKind kind) {
   if (kind != BuilderKind::Mamba2 && c.chunk_size != 0)
     fail(fmt::format("config.chunk_size = {} is a Mamba2 option; the {} builder has none",
                      c.chunk_size, kind_name(kind)));
-  if (c.num_prefill_checkpoint_blocks > 0 && !gdn && !kda && kind != BuilderKind::Mamba2)
+  if (c.num_prefill_checkpoint_blocks > 0 && !gdn && !kda && kind != BuilderKind::Mamba2 &&
+      kind != BuilderKind::PleShortConv)
     fail(fmt::format(
         "config.num_prefill_checkpoint_blocks = {}: the {} builder has no prefill checkpoints",
         c.num_prefill_checkpoint_blocks, kind_name(kind)));
+  if (kind == BuilderKind::PleShortConv && c.num_prefill_checkpoint_blocks > 0 &&
+      c.prefill_checkpoint_alignment <= 0)
+    fail(
+        "config.num_prefill_checkpoint_blocks > 0 needs prefill_checkpoint_alignment for "
+        "ple_short_conv (vLLM's default None declines every checkpoint: leave both unset)");
   // A backend GDN does not have, in either profile.
   if (gdn && c.prefill_backend == PrefillBackend::FlashKda)
     fail("config.prefill_backend = flashkda is a KDA backend; GDN takes triton or flashinfer");
@@ -147,6 +153,17 @@ void validate_capture(const Config& c, BuilderKind kind, const Step& s) {
     return;
   }
   if (kind == BuilderKind::Linear) return;  // a plain build
+  if (kind == BuilderKind::PleShortConv) {  // P1: rows and tokens within its graph limits
+    int64_t tokens = static_cast<int64_t>(c.max_num_seqs) * (c.num_spec + 1);
+    if (c.max_cudagraph_capture_size > 0)
+      tokens = std::min<int64_t>(tokens, c.max_cudagraph_capture_size);
+    if (n > d || s.num_actual_tokens > tokens)
+      fail(
+          fmt::format("capture build supports decode-only FULL graphs: num_reqs = {} must be <= "
+                      "decode_cudagraph_max_bs = {} and num_actual_tokens = {} <= {}",
+                      n, d, s.num_actual_tokens, tokens));
+    return;
+  }
   int32_t longest = 0;
   const auto& q = s.query_start_loc_cpu;
   for (int32_t r = 0; r < n; ++r) longest = std::max(longest, q[r + 1] - q[r]);
@@ -228,7 +245,8 @@ void validate_step(const Config& c, BuilderKind kind, const Step& s, bool captur
   }
   if (capture) validate_capture(c, kind, s);
   if (s.seq_lens == nullptr) fail("seq_lens (device) is null");
-  if (is_linear_attention(kind) && s.query_start_loc == nullptr)
+  if ((is_linear_attention(kind) || kind == BuilderKind::PleShortConv) &&
+      s.query_start_loc == nullptr)
     fail(fmt::format("query_start_loc (device) is null: the {} builder's metadata holds it",
                      kind_name(kind)));
 

@@ -1,6 +1,7 @@
 // Metadata builders: one implementation (MetadataBuilder) and a class per vLLM builder:
 // GdnMetadataBuilder, KdaMetadataBuilder, Mamba2MetadataBuilder, Mamba1MetadataBuilder,
-// ShortConvMetadataBuilder, LinearMetadataBuilder, BailingLinearMetadataBuilder.
+// ShortConvMetadataBuilder, LinearMetadataBuilder, BailingLinearMetadataBuilder,
+// PleShortConvMetadataBuilder.
 #pragma once
 
 #include <cstdint>
@@ -121,5 +122,7 @@ using ShortConvMetadataBuilder = KindMetadataBuilder<BuilderKind::ShortConv>;
 using LinearMetadataBuilder = KindMetadataBuilder<BuilderKind::Linear>;
 /// vLLM 0.34's BailingLinearAttentionMetadataBuilder (linear_attn.py); Profile::Vllm034.
 using BailingLinearMetadataBuilder = KindMetadataBuilder<BuilderKind::BailingLinear>;
+/// vLLM 0.34's PleShortConvAttentionMetadataBuilder (short_conv_attn.py); Profile::Vllm034.
+using PleShortConvMetadataBuilder = KindMetadataBuilder<BuilderKind::PleShortConv>;
 
 }  // namespace linmeta

@@ -52,8 +52,18 @@ enum class PrefillBackend : int32_t { Triton, FlashInfer, FlashKda };
 ///  ShortConv  ShortConvAttentionMetadataBuilder      (LFM2)
 ///  Linear     LinearAttentionMetadataBuilder         (MiniMax-Text-01 / M1)
 ///  BailingLinear  BailingLinearAttentionMetadataBuilder  (Bailing / Ling hybrids)
-enum class BuilderKind : int32_t { Gdn, Kda, Mamba2, Mamba1, ShortConv, Linear, BailingLinear };
-inline constexpr int32_t kNumBuilderKinds = 7;
+///  PleShortConv   PleShortConvAttentionMetadataBuilder   (LFM2's PLE variant)
+enum class BuilderKind : int32_t {
+  Gdn,
+  Kda,
+  Mamba2,
+  Mamba1,
+  ShortConv,
+  Linear,
+  BailingLinear,
+  PleShortConv
+};
+inline constexpr int32_t kNumBuilderKinds = 8;
 
 /// GDN and KDA: the speculative-decoding builders of gdn_attn.py and its Kimi-K3 subclass.
 [[nodiscard]] constexpr bool is_gdn_family(BuilderKind k) {
@@ -61,7 +71,8 @@ inline constexpr int32_t kNumBuilderKinds = 7;
 }
 /// The builders on vLLM's BaseMambaAttentionMetadataBuilder (mamba_attn.py).
 [[nodiscard]] constexpr bool is_mamba_base(BuilderKind k) {
-  return k == BuilderKind::Mamba2 || k == BuilderKind::Mamba1 || k == BuilderKind::ShortConv;
+  return k == BuilderKind::Mamba2 || k == BuilderKind::Mamba1 || k == BuilderKind::ShortConv ||
+         k == BuilderKind::PleShortConv;
 }
 /// The linear-attention builders of linear_attn.py (no causal-conv1d metadata).
 [[nodiscard]] constexpr bool is_linear_attention(BuilderKind k) {

@@ -138,9 +138,19 @@ struct Metadata : StepCounts {
   Array checkpoint_chunk_idx;  ///< int64 [prefills]
   std::optional<Checkpoint> checkpoint_meta;
 
-  // Linear attention (linear_attn.py's LinearAttentionMetadata and Bailing's subclass).
+  // Linear attention (linear_attn.py's LinearAttentionMetadata and Bailing's subclass);
+  // PLE ShortConv has these two too.
   Array query_start_loc;       ///< the step's own device query_start_loc (caller memory)
-  Array state_indices_tensor;  ///< [rows]: column 0 of each row's state slots
+  Array state_indices_tensor;  ///< [rows]: column 0 of each (non-spec) row's state slots
+
+  // PLE ShortConv (short_conv_attn.py's PleShortConvAttentionMetadata), besides the Mamba
+  // base fields and the spec-decode fields above.
+  int32_t spec_query_len = 0;         ///< num_spec + 1
+  int32_t max_prefill_query_len = 0;  ///< the longest prefill query; 0 without prefills
+  Array has_initial_states_d;         ///< bool [decodes]
+  /// The step's own host num_decode_draft_tokens (caller memory; a capture build's:
+  /// query lengths - 1, host memory of the plan).
+  Array num_decode_draft_tokens_cpu;
 
   /// Memory the array views point to.
   Target target = Target::Host;

@@ -30,6 +30,7 @@ inline constexpr std::array<std::pair<BuilderKind, std::string_view>, kNumBuilde
         {BuilderKind::ShortConv, "short_conv"},
         {BuilderKind::Linear, "linear"},
         {BuilderKind::BailingLinear, "bailing_linear"},
+        {BuilderKind::PleShortConv, "ple_short_conv"},
     }};
 
 /// `Config::profile` as case files (`config.profile`) and Python (`profile=`) spell it.

@@ -58,10 +58,13 @@ inline constexpr uint32_t M1 = 1U << static_cast<int>(BuilderKind::Mamba1);
 inline constexpr uint32_t SC = 1U << static_cast<int>(BuilderKind::ShortConv);
 inline constexpr uint32_t L = 1U << static_cast<int>(BuilderKind::Linear);
 inline constexpr uint32_t BL = 1U << static_cast<int>(BuilderKind::BailingLinear);
-inline constexpr uint32_t GK = G | K;         ///< GDN and KDA
-inline constexpr uint32_t MB = M2 | M1 | SC;  ///< the Mamba base builders
-inline constexpr uint32_t LA = L | BL;        ///< linear attention
-inline constexpr uint32_t MBBL = MB | BL;     ///< the Mamba base builders and Bailing
+inline constexpr uint32_t PSC = 1U << static_cast<int>(BuilderKind::PleShortConv);
+inline constexpr uint32_t GK = G | K;               ///< GDN and KDA
+inline constexpr uint32_t GKP = GK | PSC;           ///< the speculative split's fields
+inline constexpr uint32_t MB = M2 | M1 | SC | PSC;  ///< the Mamba base builders
+inline constexpr uint32_t LA = L | BL;              ///< linear attention
+inline constexpr uint32_t LAP = LA | PSC;           ///< query_start_loc, state_indices_tensor
+inline constexpr uint32_t MBBL = MB | BL;           ///< the Mamba base builders and Bailing
 inline constexpr uint32_t GKMB = GK | MB;
 inline constexpr uint32_t GKMBBL = GKMB | BL;
 inline constexpr uint32_t MBL = MB | LA;
@@ -100,10 +103,11 @@ inline constexpr uint32_t All = GK | MB | LA;
   X(NumDecodes, "num_decodes", All, Int32, Vec, Batch, None, None, &m.num_decodes)                 \
   X(NumDecodeTokens, "num_decode_tokens", All, Int32, Vec, Batch, None, None,                      \
     &m.num_decode_tokens)                                                                          \
-  X(NumSpecDecodes, "num_spec_decodes", GK, Int32, Vec, Batch, None, None, &m.num_spec_decodes)    \
-  X(NumSpecDecodeTokens, "num_spec_decode_tokens", GK, Int32, Vec, Batch, None, None,              \
+  X(NumSpecDecodes, "num_spec_decodes", GKP, Int32, Vec, Batch, None, None, &m.num_spec_decodes)   \
+  X(NumSpecDecodeTokens, "num_spec_decode_tokens", GKP, Int32, Vec, Batch, None, None,             \
     &m.num_spec_decode_tokens)                                                                     \
-  X(NumActualTokens, "num_actual_tokens", GK, Int32, Vec, Batch, None, None, &m.num_actual_tokens) \
+  X(NumActualTokens, "num_actual_tokens", GKP, Int32, Vec, Batch, None, None,                      \
+    &m.num_actual_tokens)                                                                          \
   X(NumReqs, "num_reqs", MB, Int32, Vec, Batch, None, None, &m.num_reqs)                           \
   X(HasInitialState, "has_initial_state", GK, Bool, Vec, Batch, Rows, None, &m.has_initial_state)  \
   X(ChunkIndices, "chunk_indices", GK, Int32, Pairs, Batch, Chunks2, None, &m.chunk_indices)       \
@@ -114,21 +118,21 @@ inline constexpr uint32_t All = GK | MB | LA;
     &m.prefill_state_indices)                                                                      \
   X(PrefillHasInitialState, "prefill_has_initial_state", GK, Bool, Vec, Batch, View, None,         \
     &m.prefill_has_initial_state)                                                                  \
-  X(SpecQueryStartLoc, "spec_query_start_loc", GK, Int32, Vec, Batch, RowsPlus1, GraphPlus1,       \
+  X(SpecQueryStartLoc, "spec_query_start_loc", GKP, Int32, Vec, Batch, RowsPlus1, GraphPlus1,      \
     &m.spec_query_start_loc)                                                                       \
-  X(NonSpecQueryStartLoc, "non_spec_query_start_loc", GK, Int32, Vec, Batch, RowsPlus1,            \
+  X(NonSpecQueryStartLoc, "non_spec_query_start_loc", GKP, Int32, Vec, Batch, RowsPlus1,           \
     GraphPlus1, &m.non_spec_query_start_loc)                                                       \
-  X(SpecStateIndices, "spec_state_indices_tensor", GK, Int32, Slots, Group, SpecRows, GraphSpec,   \
+  X(SpecStateIndices, "spec_state_indices_tensor", GKP, Int32, Slots, Group, SpecRows, GraphSpec,  \
     &m.spec_state_indices_tensor)                                                                  \
   X(NonSpecStateIndices, "non_spec_state_indices_tensor", GK, Int32, Vec, Group, Rows, Graph,      \
     &m.non_spec_state_indices_tensor)                                                              \
-  X(SpecSequenceMasks, "spec_sequence_masks", GK, Bool, Vec, Batch, Rows, Graph,                   \
+  X(SpecSequenceMasks, "spec_sequence_masks", GKP, Bool, Vec, Batch, Rows, Graph,                  \
     &m.spec_sequence_masks)                                                                        \
   X(SpecSequenceMasksCpu, "spec_sequence_masks_cpu", G, Bool, Vec, Batch, Host, None,              \
     &m.spec_sequence_masks_cpu)                                                                    \
-  X(SpecTokenIndx, "spec_token_indx", GK, Int64, Vec, Batch, Tokens, GraphTokens,                  \
+  X(SpecTokenIndx, "spec_token_indx", GKP, Int64, Vec, Batch, Tokens, GraphTokens,                 \
     &m.spec_token_indx)                                                                            \
-  X(NonSpecTokenIndx, "non_spec_token_indx", GK, Int64, Vec, Batch, Tokens, GraphTokens,           \
+  X(NonSpecTokenIndx, "non_spec_token_indx", GKP, Int64, Vec, Batch, Tokens, GraphTokens,          \
     &m.non_spec_token_indx)                                                                        \
   X(NumAcceptedTokens, "num_accepted_tokens", GKMBBL, Int32, Vec, Batch, Rows, Graph,              \
     &m.num_accepted_tokens)                                                                        \
@@ -152,7 +156,7 @@ inline constexpr uint32_t All = GK | MB | LA;
     m.conv1d ? &m.conv1d->batch_ptr : nullptr)                                                     \
   X(NumsDictTokenChunkOffsetPtr, "nums_dict.token_chunk_offset_ptr", GKMB, Int32, Vec, Batch,      \
     View, None, m.conv1d ? &m.conv1d->token_chunk_offset_ptr : nullptr)                            \
-  LINMETA_CHECKPOINT_ROWS(X, Checkpoint, "checkpoint", GK, checkpoint)                             \
+  LINMETA_CHECKPOINT_ROWS(X, Checkpoint, "checkpoint", GKP, checkpoint)                            \
   X(RecoverSsmCommit, "recoverssm_commit", K, Int32, Vec, Batch, None, None, &m.recoverssm_commit) \
   X(RecoverSsmStateIndices, "recoverssm_commit.state_indices", K, Int32, Slots, Group, View, None, \
     m.recoverssm_commit ? &m.recoverssm_commit->state_indices : nullptr)                           \
@@ -216,9 +220,16 @@ inline constexpr uint32_t All = GK | MB | LA;
   X(CheckpointChunkIdx, "checkpoint_chunk_idx", M2, Int64, Vec, Batch, Rows, None,                 \
     &m.checkpoint_chunk_idx)                                                                       \
   LINMETA_CHECKPOINT_ROWS(X, CheckpointMeta, "checkpoint_meta", M2, checkpoint_meta)               \
-  X(QueryStartLoc, "query_start_loc", LA, Int32, Vec, Batch, Input, None, &m.query_start_loc)      \
-  X(StateIndicesTensor, "state_indices_tensor", LA, Int32, Vec, Group, Rows, Graph,                \
+  X(QueryStartLoc, "query_start_loc", LAP, Int32, Vec, Batch, Input, None, &m.query_start_loc)     \
+  X(StateIndicesTensor, "state_indices_tensor", LAP, Int32, Vec, Group, Rows, Graph,               \
     &m.state_indices_tensor)                                                                       \
+  X(SpecQueryLen, "spec_query_len", PSC, Int32, Vec, Batch, None, None, &m.spec_query_len)         \
+  X(MaxPrefillQueryLen, "max_prefill_query_len", PSC, Int32, Vec, Batch, None, None,               \
+    &m.max_prefill_query_len)                                                                      \
+  X(HasInitialStatesD, "has_initial_states_d", PSC, Bool, Vec, Batch, Rows, Graph,                 \
+    &m.has_initial_states_d)                                                                       \
+  X(NumDecodeDraftTokensCpu, "num_decode_draft_tokens_cpu", PSC, Int32, Vec, Batch, Host, None,    \
+    &m.num_decode_draft_tokens_cpu)                                                                \
   X(KeptSeqLens, "", All, Int32, Vec, Batch, Rows, None, nullptr)
 
 /// Row ids of the output table.

@@ -1,5 +1,5 @@
 """linmeta: per-step metadata of linear-attention and SSM layers (vLLM's GDN, Kimi-K3 KDA,
-Mamba2, Mamba1, ShortConv, linear-attention and Bailing builders), built natively.
+Mamba2, Mamba1, ShortConv (and PLE), linear-attention and Bailing builders), built natively.
 
 Builders plan a scheduler step on the host and finish every output array in the builder's
 persistent buffers (host memory, or CUDA memory with one kernel launch). Inputs are read
@@ -49,6 +49,7 @@ Mamba1MetadataBuilder = _kind_class("mamba1", "Mamba1MetadataBuilder")
 ShortConvMetadataBuilder = _kind_class("short_conv", "ShortConvMetadataBuilder")
 LinearMetadataBuilder = _kind_class("linear", "LinearMetadataBuilder")
 BailingLinearMetadataBuilder = _kind_class("bailing_linear", "BailingLinearMetadataBuilder")
+PleShortConvMetadataBuilder = _kind_class("ple_short_conv", "PleShortConvMetadataBuilder")
 
 
 def fields_of(kind: str) -> tuple[str, ...]:
@@ -87,6 +88,7 @@ __all__ = [
     "KdaMetadataBuilder",
     "LinearMetadataBuilder",
     "BailingLinearMetadataBuilder",
+    "PleShortConvMetadataBuilder",
     "Mamba1MetadataBuilder",
     "Mamba2MetadataBuilder",
     "Metadata",

@@ -1,5 +1,5 @@
 """vLLM general plugin: with LINMETA_VLLM=1, vLLM's GDN, Kimi-K3 KDA, Mamba2, Mamba1,
-ShortConv, linear-attention and Bailing linear-attention backends build their metadata with linmeta (linmeta.vllm's
+ShortConv (and PLE ShortConv), linear-attention and Bailing linear-attention backends build their metadata with linmeta (linmeta.vllm's
 drop-in builder classes).
 
 Registered as the ``vllm.general_plugins`` entry point ``linmeta`` (pyproject.toml). vLLM
@@ -26,6 +26,8 @@ BACKENDS = (
     (f"{_B}.linear_attn", "LinearAttentionBackend", "LinearAttentionMetadataBuilder"),
     (f"{_B}.linear_attn", "BailingLinearAttentionBackend",
      "BailingLinearAttentionMetadataBuilder"),
+    (f"{_B}.short_conv_attn", "PleShortConvAttentionBackend",
+     "PleShortConvAttentionMetadataBuilder"),
 )
 
 

@@ -63,7 +63,8 @@ inline std::string kind_name(BuilderKind k) { return std::string(names::builder_
 /// Every builder kind, as test parameters, and their names.
 inline const auto kAllKinds =
     ::testing::Values(BuilderKind::Gdn, BuilderKind::Kda, BuilderKind::Mamba2, BuilderKind::Mamba1,
-                      BuilderKind::ShortConv, BuilderKind::Linear, BuilderKind::BailingLinear);
+                      BuilderKind::ShortConv, BuilderKind::Linear, BuilderKind::BailingLinear,
+                      BuilderKind::PleShortConv);
 inline std::string kind_param_name(const ::testing::TestParamInfo<BuilderKind>& i) {
   return kind_name(i.param);
 }

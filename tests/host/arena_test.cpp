@@ -56,6 +56,10 @@ Config limit_config(std::mt19937& rng, const KindProfile& p) {
   if ((p.kind == BuilderKind::Kda && (!v034 || c.prefill_backend == PrefillBackend::FlashKda)) ||
       (p.kind == BuilderKind::Gdn && v034) || p.kind == BuilderKind::Mamba2)
     c.num_prefill_checkpoint_blocks = 1;
+  if (p.kind == BuilderKind::PleShortConv) {
+    c.num_prefill_checkpoint_blocks = 1;
+    c.prefill_checkpoint_alignment = 1;
+  }
   if (p.kind == BuilderKind::Mamba2) c.chunk_size = pick(rng, {64, 256});
   return c;
 }
@@ -119,18 +123,19 @@ TEST_P(StepArena, BytesWrittenNeverExceedTheCountedCapacity) {
   EXPECT_GT(most, 0.25) << "the random steps stayed far below the limits";
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, StepArena,
-                         ::testing::Values(KindProfile{BuilderKind::Gdn, Profile::Seed},
-                                           KindProfile{BuilderKind::Gdn, Profile::Vllm034},
-                                           KindProfile{BuilderKind::Kda, Profile::Seed},
-                                           KindProfile{BuilderKind::Kda, Profile::Vllm034},
-                                           KindProfile{BuilderKind::Mamba2, Profile::Vllm034},
-                                           KindProfile{BuilderKind::Mamba1, Profile::Vllm034},
-                                           KindProfile{BuilderKind::ShortConv, Profile::Vllm034},
-                                           KindProfile{BuilderKind::Linear, Profile::Vllm034},
-                                           KindProfile{BuilderKind::BailingLinear,
-                                                       Profile::Vllm034}),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, StepArena,
+    ::testing::Values(KindProfile{BuilderKind::Gdn, Profile::Seed},
+                      KindProfile{BuilderKind::Gdn, Profile::Vllm034},
+                      KindProfile{BuilderKind::Kda, Profile::Seed},
+                      KindProfile{BuilderKind::Kda, Profile::Vllm034},
+                      KindProfile{BuilderKind::Mamba2, Profile::Vllm034},
+                      KindProfile{BuilderKind::Mamba1, Profile::Vllm034},
+                      KindProfile{BuilderKind::ShortConv, Profile::Vllm034},
+                      KindProfile{BuilderKind::Linear, Profile::Vllm034},
+                      KindProfile{BuilderKind::BailingLinear, Profile::Vllm034},
+                      KindProfile{BuilderKind::PleShortConv, Profile::Vllm034}),
+    param_name);
 
 }  // namespace
 }  // namespace linmeta

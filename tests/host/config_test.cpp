@@ -107,7 +107,8 @@ TEST(ConfigValidation, UpperBoundsThrowLinmetaError) {
                     BuilderKind::Gdn, {"config.mamba_cache_mode = 7"});
   expect_bad_config(with(good, [](Config& c) { c.mamba_cache_mode = static_cast<CacheMode>(-1); }),
                     BuilderKind::Kda, {"config.mamba_cache_mode = -1"});
-  expect_bad_config(good, static_cast<BuilderKind>(7), {"builder kind = 7"});
+  expect_bad_config(good, static_cast<BuilderKind>(kNumBuilderKinds),
+                    {"builder kind = " + std::to_string(kNumBuilderKinds)});
 }
 
 TEST(ConfigValidation, BoundsThemselvesAreValid) {

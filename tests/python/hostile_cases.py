@@ -575,6 +575,9 @@ def plain_cases():
         ("bailing_linear.build", "bailing_linear", "build", False),
         ("bailing_linear.build_for_cudagraph_capture", "bailing_linear",
          "build_for_cudagraph_capture", False),
+        ("ple_short_conv.build", "ple_short_conv", "build", False),
+        ("ple_short_conv.build_for_cudagraph_capture", "ple_short_conv",
+         "build_for_cudagraph_capture", False),
     ]
     for entry, kind, method, groups in entries:
         builders = {}

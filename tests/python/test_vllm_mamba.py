@@ -1,4 +1,5 @@
-"""linmeta.vllm's Mamba-family drop-ins (Mamba2, Mamba1, ShortConv, linear attention, Bailing) on CPU
+"""linmeta.vllm's Mamba-family drop-ins (Mamba2, Mamba1, ShortConv and PLE, linear attention,
+Bailing) on CPU
 without vLLM, against the real vLLM 0.34 wheel's outputs recorded in tests/data
 (vllm034_mamba_public.jsonl, vllm034_mamba.jsonl and the error files: ../shared/cases/README.md,
 "The vLLM 0.34 Mamba family").
@@ -31,7 +32,7 @@ import linmeta  # noqa: E402
 
 FILES = ("vllm034_mamba_public", "vllm034_mamba")
 ERROR_FILES = ("vllm034_mamba_public_errors", "vllm034_mamba")
-MAMBA_KINDS = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear")
+MAMBA_KINDS = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear", "ple_short_conv")
 CASES = [c for c in cu.all_cases(FILES) if c["builder"] in MAMBA_KINDS]
 ERRORS = [c for c in cu.error_cases(ERROR_FILES) if c["builder"] in MAMBA_KINDS]
 MULTI = [c for c in CASES if "groups" in c["step"]]
@@ -41,9 +42,10 @@ CLASS_NAMES = {
     "short_conv": "ShortConvAttentionMetadataBuilder",
     "linear": "LinearAttentionMetadataBuilder",
     "bailing_linear": "BailingLinearAttentionMetadataBuilder",
+    "ple_short_conv": "PleShortConvAttentionMetadataBuilder",
 }
 # Builders whose build() vLLM's runner hands the spec-decode counts (wheel_mamba.py).
-GETS_SPEC_KWARGS = ("mamba2", "short_conv")
+GETS_SPEC_KWARGS = ("mamba2", "short_conv", "ple_short_conv")
 CPU = torch.device("cpu")
 
 
@@ -289,6 +291,12 @@ def test_builder_attributes_are_vllms(lv, kind, spec):
         return
     assert type(b)._cudagraph_support is cg.UNIFORM_BATCH
     assert b.reorder_batch_threshold == 1 + k
+    if kind == "ple_short_conv":
+        assert b.supports_update_block_table is False
+        assert b.needs_causal_conv1d_metadata is False and b.num_spec == k
+        cap = c["max_cudagraph_capture_size"]
+        assert b.decode_cudagraph_max_tokens == min(c["max_num_seqs"] * (1 + k), cap)
+        return
     assert b.supports_update_block_table is (k == 0)
     assert b.num_spec_tokens == k and b.use_spec_decode == (k > 0)
     assert b.decode_cudagraph_max_bs == min(c["max_num_seqs"], c["max_cudagraph_capture_size"])

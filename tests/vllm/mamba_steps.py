@@ -2,7 +2,8 @@
 "expected" (the Mamba case format: ../shared/cases/README.md, "The vLLM 0.34 Mamba family").
 wheel_cases.py fill fills them from the real wheel.
 
-  mamba_steps.py --builder mamba2|mamba1|short_conv|linear --count N [--seed S]
+  mamba_steps.py --builder mamba2|mamba1|short_conv|linear|bailing_linear|ple_short_conv
+                 --count N [--seed S]
                  [--groups-percent P] [--zero-drafts-percent Z]
   mamba_steps.py --edges      a fixed list of hand-made steps at the builders' edges (none an
                               MRV2 step; each probes one rule of mamba_model.py)
@@ -51,7 +52,7 @@ import json
 import random
 import sys
 
-BUILDERS = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear")
+BUILDERS = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear", "ple_short_conv")
 LINEAR = ("linear", "bailing_linear")  # no graph limit at capture, no is_prefilling rules
 BLOCK_SIZES = (16, 64, 256, 528)
 CHUNK_SIZES = (64, 128, 256)
@@ -97,6 +98,10 @@ def random_config(rng: random.Random, builder: str) -> dict:
         c["num_prefill_checkpoint_blocks"] = 1 if declares else 0
         c["prefill_checkpoint_alignment"] = 1 if declares else None
         c["chunk_size"] = rng.choice(CHUNK_SIZES)
+    if builder == "ple_short_conv":  # its builder has checkpoints; no layer declares them yet
+        declares = rng.random() < 0.5
+        c["num_prefill_checkpoint_blocks"] = 1 if declares else 0
+        c["prefill_checkpoint_alignment"] = rng.choice((1, 16, c["block_size"])) if declares else None
     c["profile"] = "vllm-0.34"
     return c
 

@@ -18,7 +18,7 @@ import collections
 import json
 
 
-MAMBA = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear")
+MAMBA = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear", "ple_short_conv")
 
 
 def _query_lens(step: dict) -> list[int]:
@@ -84,8 +84,14 @@ def mamba_tags(case: dict) -> list[str]:
         t.append(f"{b}:accepted-passthrough")
     if e.get("cu_chunk_seqlen_p") is not None and len(e["cu_chunk_seqlen_p"]) > pre + 8:
         t.append(f"{b}:many-chunks")
-    if e.get("checkpoint_meta") is not None:
+    if e.get("checkpoint_meta") is not None or e.get("checkpoint") is not None:
         t.append(f"{b}:checkpoint")
+    if b == "ple_short_conv":  # P1-P3: which path, and FULL-graph staging
+        path = ("nospec" if e["spec_sequence_masks"] is None
+                else "pure-spec" if e["non_spec_query_start_loc"] is None else "mixed-spec")
+        t.append(f"{b}:{path}")
+        if path == "pure-spec" and len(e["spec_state_indices_tensor"]) > e["num_spec_decodes"]:
+            t.append(f"{b}:staged-spec")
     return sorted(set(t), key=t.index)
 
 

@@ -15,8 +15,8 @@ What an engine resolves and the harness sets the same way:
   ``num_prefill_checkpoint_blocks = 1`` exactly then); GDN the prefix-cache grid (the
   Mamba block size) under FlashInfer in align mode.
 
-The Mamba family (``MAMBA_BUILDERS``: Mamba2, Mamba1, ShortConv, linear attention and its
-Bailing subclass) takes the
+The Mamba family (``MAMBA_BUILDERS``: Mamba2, Mamba1, ShortConv and its PLE variant, linear
+attention and its Bailing subclass) takes the
 same keys minus ``prefill_backend``, plus ``chunk_size`` (mamba2: what
 ``model_config.get_mamba_chunk_size()`` answers, read once in the builder's __init__) and
 ``prefill_checkpoint_alignment`` (the MambaSpec field as the layer declares it; absent or null
@@ -54,6 +54,7 @@ MAMBA_BUILDERS = {
     "short_conv": ("ShortConvAttentionMetadataBuilder", MambaAttentionBackendEnum.SHORT_CONV),
     "linear": ("LinearAttentionMetadataBuilder", MambaAttentionBackendEnum.LINEAR),
     "bailing_linear": ("BailingLinearAttentionMetadataBuilder", MambaAttentionBackendEnum.LINEAR),
+    "ple_short_conv": ("PleShortConvAttentionMetadataBuilder", MambaAttentionBackendEnum.SHORT_CONV),
 }
 
 

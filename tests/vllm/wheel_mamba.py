@@ -48,7 +48,7 @@ REPLAYSSM_FIELDS = {
     "replayssm_state_indices_d": None,
 }
 # Builders whose build() the runner hands the spec-decode counts (mamba_hybrid.py:59-68).
-GETS_SPEC_KWARGS = {"mamba2", "short_conv"}
+GETS_SPEC_KWARGS = {"mamba2", "short_conv", "ple_short_conv"}
 # Bailing's build() takes num_accepted_tokens though the runner hands it none: the harness
 # passes the step's when the case has them (the speculative path an engine's own call takes).
 ACCEPTED_KWARG = {"bailing_linear"}

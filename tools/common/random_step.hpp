@@ -111,6 +111,10 @@ inline void make_vllm034(std::mt19937& rng, BuilderKind kind, Config& c) {
       if (c.num_prefill_checkpoint_blocks > 0)
         c.prefill_checkpoint_alignment = pick(rng, {0, 1, 16});
     }
+    if (kind == BuilderKind::PleShortConv && align && coin(rng, 0.5)) {
+      c.num_prefill_checkpoint_blocks = 1;
+      c.prefill_checkpoint_alignment = pick(rng, {1, 16, c.block_size});
+    }
   }
 }
 
@@ -145,12 +149,19 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
   const int32_t D = config.decode_cudagraph_max_bs(o.kind);
   const bool v034 = config.profile == Profile::Vllm034;
   const bool mamba = is_mamba_base(o.kind);
-  r.capture = o.allow_capture && config.full_cuda_graph && coin(rng, 0.1) && D >= k + 1;
+  // PLE ShortConv's capture limit on tokens: max_num_seqs * (k + 1), capped.
+  int32_t ple_tokens = config.max_num_seqs * (k + 1);
+  if (config.max_cudagraph_capture_size > 0)
+    ple_tokens = std::min(ple_tokens, config.max_cudagraph_capture_size);
+  const bool ple = o.kind == BuilderKind::PleShortConv;
+  r.capture = o.allow_capture && config.full_cuda_graph && coin(rng, 0.1) && D >= k + 1 &&
+              (!ple || ple_tokens >= k + 1);
 
   // Row roles: decodes and spec decodes first (interleaved), then prefills, then padding.
   enum Role { Decode, Spec, Prefill, Pad };
+  const int32_t capture_rows = !mamba ? D / (k + 1) : ple ? std::min(D, ple_tokens / (k + 1)) : D;
   const int32_t max_rows =
-      r.capture ? std::min(config.max_num_seqs, mamba ? D : D / (k + 1)) : config.max_num_seqs;
+      r.capture ? std::min(config.max_num_seqs, capture_rows) : config.max_num_seqs;
   const int32_t n = o.num_reqs > 0 ? std::min(o.num_reqs, max_rows) : uniform(rng, 1, max_rows);
   const int32_t pads = coin(rng, 0.4) ? uniform(rng, 0, std::min(n - 1, 8)) : 0;
   const int32_t shape = uniform(rng, 0, 4);  // decode, spec, prefill, decode+prefill, any
@@ -186,8 +197,12 @@ inline RandomStep random_step(std::mt19937& rng, const Config& config, const Ran
     }
     fixed += q[u];
   }
-  // A GDN / KDA capture batch holds at most D tokens; a Mamba one D rows.
-  int32_t cap = r.capture && !mamba ? D : config.max_num_batched_tokens;
+  // A GDN / KDA capture batch holds at most D tokens; a Mamba one D rows (PLE: and
+  // ple_tokens tokens).
+  int32_t cap = !r.capture ? config.max_num_batched_tokens
+                : !mamba   ? D
+                : ple      ? std::min(ple_tokens, config.max_num_batched_tokens)
+                           : config.max_num_batched_tokens;
   if (fixed > cap) {
     r.capture = false;
     cap = std::max(config.max_num_batched_tokens, fixed + 16);

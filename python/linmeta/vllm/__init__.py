@@ -18,6 +18,7 @@ from .mamba import (
     LinearAttentionMetadataBuilder,
     Mamba1AttentionMetadataBuilder,
     Mamba2AttentionMetadataBuilder,
+    PleShortConvAttentionMetadataBuilder,
     ShortConvAttentionMetadataBuilder,
 )
 
@@ -30,6 +31,7 @@ BUILDERS = (
     ShortConvAttentionMetadataBuilder,
     LinearAttentionMetadataBuilder,
     BailingLinearAttentionMetadataBuilder,
+    PleShortConvAttentionMetadataBuilder,
 )
 
 register_with_vllm(BUILDERS)
@@ -43,5 +45,6 @@ __all__ = [
     "Mamba1AttentionMetadataBuilder",
     "Mamba2AttentionMetadataBuilder",
     "PROFILE",
+    "PleShortConvAttentionMetadataBuilder",
     "ShortConvAttentionMetadataBuilder",
 ]

@@ -18,6 +18,7 @@ _NAMES = {
     "short_conv": "ShortConvAttentionMetadata",
     "linear": "LinearAttentionMetadata",
     "bailing_linear": "BailingLinearAttentionMetadata",
+    "ple_short_conv": "PleShortConvAttentionMetadata",
 }
 
 

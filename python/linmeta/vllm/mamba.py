@@ -99,6 +99,36 @@ class ShortConvAttentionMetadataBuilder(_MambaBuilder):
     replaces = (f"{_BACKENDS}.short_conv_attn", "ShortConvAttentionMetadataBuilder")
 
 
+class PleShortConvAttentionMetadataBuilder(_MambaBuilder):
+    """vLLM 0.34's PleShortConvAttentionMetadataBuilder (short_conv_attn.py, LFM2's PLE
+    variant), built by linmeta: ShortConv's metadata without causal-conv1d metadata when no
+    row drafts, else its own speculative split; prefill checkpoints where the layer declares
+    them."""
+
+    kind = "ple_short_conv"
+    module = "short_conv_attn"
+    metadata_name = "PleShortConvAttentionMetadata"
+    replaces = (f"{_BACKENDS}.short_conv_attn", "PleShortConvAttentionMetadataBuilder")
+    supports_update_block_table: bool = False
+    needs_causal_conv1d_metadata: bool = False
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.num_spec = self.num_spec_tokens
+        self.use_full_cuda_graph = self.compilation_config.cudagraph_mode.has_full_cudagraphs()
+        max_seqs = vllm_config.scheduler_config.max_num_seqs
+        cap = self.compilation_config.max_cudagraph_capture_size
+        tokens = max_seqs * (self.num_spec + 1)
+        self.decode_cudagraph_max_tokens: int = tokens if cap is None else min(tokens, cap)
+
+    def composite_classes_of(self) -> dict:
+        checkpoint = vllm_class(*_CHECKPOINT)
+        return {"checkpoint": checkpoint} if checkpoint is not None else {}
+
+    def linmeta_config(self) -> dict:
+        return dict(super().linmeta_config(), **self.checkpoint_config(self.kv_cache_spec, None))
+
+
 class LinearAttentionMetadataBuilder(Builder, Base):
     """vLLM 0.34's LinearAttentionMetadataBuilder (linear_attn.py), built by linmeta."""
 

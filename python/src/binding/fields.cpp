@@ -24,7 +24,8 @@ FieldExporter::FieldExporter(nb::object owner, int32_t device_id, ArrayType type
 
 nb::object FieldExporter::array(const Array& a, bool device, const CallerArrays& in) {
   if (!a.present) return nb::none();
-  // The caller's own arrays (seq_lens, query_start_loc, passed-through accepted counts):
+  // The caller's own arrays (seq_lens, query_start_loc, passed-through accepted and draft
+  // counts):
   // the caller's objects, as vLLM's builders return them. The builder's buffers never
   // alias caller memory, so the address tells.
   if (a.data != nullptr) {
@@ -32,6 +33,7 @@ nb::object FieldExporter::array(const Array& a, bool device, const CallerArrays&
     if (a.data == in.accepted_data && in.accepted.is_valid()) return nb::borrow(in.accepted);
     if (a.data == in.query_start_loc_data && in.query_start_loc.is_valid())
       return nb::borrow(in.query_start_loc);
+    if (a.data == in.drafts_data && in.drafts.is_valid()) return nb::borrow(in.drafts);
   }
   const Key key{reinterpret_cast<uintptr_t>(a.data), a.rows, a.cols, a.ndim, a.dtype, !device};
   if (auto it = views_.find(key); it != views_.end()) return it->second;

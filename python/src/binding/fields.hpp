@@ -25,10 +25,11 @@ nb::dlpack::dtype dlpack_dtype(DType t);
 /// The caller's arrays of one call, for the output rows in the caller's memory
 /// (Cap::Input: seq_lens, query_start_loc, a passed-through num_accepted_tokens, a table).
 struct CallerArrays {
-  nb::handle seq_lens, accepted, query_start_loc, block_table;
+  nb::handle seq_lens, accepted, query_start_loc, block_table, drafts;
   const void* seq_lens_data = nullptr;
   const void* accepted_data = nullptr;
   const void* query_start_loc_data = nullptr;
+  const void* drafts_data = nullptr;  ///< host num_decode_draft_tokens
 };
 
 class FieldExporter {

@@ -40,12 +40,14 @@ PyMetadata::PyMetadata(const Metadata& m, BuilderKind kind, nb::object builder, 
       num_reqs_(num_reqs),
       exporter_(builder, device_id, type),
       keep_{nb::borrow(inputs.seq_lens), nb::borrow(inputs.accepted),
-            nb::borrow(inputs.query_start_loc), nb::borrow(inputs.block_table)},
+            nb::borrow(inputs.query_start_loc), nb::borrow(inputs.block_table),
+            nb::borrow(inputs.drafts)},
       in_(inputs) {
   in_.seq_lens = keep_[0];
   in_.accepted = keep_[1];
   in_.query_start_loc = keep_[2];
   in_.block_table = keep_[3];
+  in_.drafts = keep_[4];
 }
 
 nb::object PyMetadata::get(Out id) {
@@ -83,7 +85,8 @@ void PyMetadata::bind(nb::module_& m) {
       .def_prop_ro(
           "kind",
           [](const PyMetadata& s) { return std::string(names::builder_kind_name(s.kind())); },
-          "The builder kind (gdn, kda, mamba2, mamba1, short_conv, linear, bailing_linear).")
+          "The builder kind (gdn, kda, mamba2, mamba1, short_conv, linear, bailing_linear, "
+          "ple_short_conv).")
       .def_prop_ro(
           "step_id", [](const PyMetadata& s) { return s.metadata().step_id; },
           "Which build made this metadata (update_block_table takes only the last one's).")

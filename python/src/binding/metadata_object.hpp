@@ -40,7 +40,7 @@ class PyMetadata {
   int32_t group_;
   int32_t num_reqs_;
   FieldExporter exporter_;
-  std::array<nb::object, 4> keep_;  ///< the objects behind in_
+  std::array<nb::object, 5> keep_;  ///< the objects behind in_
   CallerArrays in_;
   std::array<nb::object, kNumOutputs> cache_{};
 };

@@ -90,6 +90,9 @@ CallerArrays caller_arrays(const PreparedStep& p, const StepArgs& a, nb::handle 
   in.block_table = table;
   in.seq_lens_data = p.step.seq_lens;
   in.accepted_data = p.step.num_accepted_tokens;
+  in.drafts = a.num_decode_draft_tokens_cpu;
+  in.drafts_data =
+      p.step.num_decode_draft_tokens.empty() ? nullptr : p.step.num_decode_draft_tokens.data();
   // The host copy stands in for a query_start_loc not given (host target): not the caller's.
   in.query_start_loc_data = a.query_start_loc.is_valid() && !a.query_start_loc.is_none()
                                 ? p.step.query_start_loc

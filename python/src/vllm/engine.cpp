@@ -169,11 +169,11 @@ class Engine {
       served_[g] = 1;
       ++served_count_;
       regather(group, in->attr[kBlockTable], kTableName);
-    } else {
-      plan(group, *in, capture);
-      last_ = std::move(in);
+      return fill(group, copy(defaults_), *in);  // this call's objects, as vLLM returns them
     }
-    return fill(group, copy(defaults_));
+    plan(group, *in, capture);
+    last_ = std::move(in);
+    return fill(group, copy(defaults_), *last_);
   }
 
   nb::dict update_block_table(int32_t group, nb::handle metadata, nb::handle table) {
@@ -187,7 +187,7 @@ class Engine {
       raise_error("update_block_table takes metadata this engine's builders made in its last step");
     regather(group, table, "blk_table");  // vLLM's argument name
     served_[static_cast<size_t>(group)] = 1;
-    return fill(group, copy(d));
+    return fill(group, copy(d), *last_);
   }
 
   [[nodiscard]] nb::dict stats() const {
@@ -260,6 +260,8 @@ class Engine {
     seq_lens_ = p.step.seq_lens;
     accepted_ = p.step.num_accepted_tokens;
     qsl_ = p.step.query_start_loc;
+    drafts_ =
+        p.step.num_decode_draft_tokens.empty() ? nullptr : p.step.num_decode_draft_tokens.data();
     num_reqs_ = n;
     for (size_t h = 0; h < G; ++h) {
       metas_[h] = ms[h];
@@ -283,11 +285,11 @@ class Engine {
     tables_[g] = std::move(t);
   }
 
-  /// Sets every field of `out` from group `group`'s metadata.
-  nb::dict fill(int32_t group, nb::dict out) {
+  /// Sets every field of `out` from group `group`'s metadata; `in`: the caller's objects to
+  /// hand back where a field is one (views of the planning call's memory).
+  nb::dict fill(int32_t group, nb::dict out, const CallInputs& in) {
     const auto g = static_cast<size_t>(group);
     const Metadata& m = metas_[g];
-    const CallInputs& in = *last_;
     CallerArrays ca;
     ca.seq_lens = in.attr[kSeqLens];
     ca.accepted = in.accepted;
@@ -296,6 +298,8 @@ class Engine {
     ca.seq_lens_data = seq_lens_;
     ca.accepted_data = accepted_;
     ca.query_start_loc_data = qsl_;
+    ca.drafts = in.drafts;
+    ca.drafts_data = drafts_;
     for (const Key& k : keys_) {
       nb::object v = exporter_.value(output_spec(k.id), m, ca);
       if (!v.is_none() && nb::isinstance<nb::dict>(v)) v = instance(k.text, v);
@@ -338,6 +342,7 @@ class Engine {
   const int32_t* seq_lens_ = nullptr;  ///< the planning call's caller arrays
   const int32_t* accepted_ = nullptr;
   const int32_t* qsl_ = nullptr;
+  const int32_t* drafts_ = nullptr;
   int32_t num_reqs_ = 0;
   std::vector<GroupTable> tables_;
   std::vector<char> served_;
