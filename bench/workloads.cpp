@@ -82,7 +82,9 @@ mamba2/spec-k3/B256/align/G1/fullgraph mamba2/prefill4096/B8/none/G1/nograph
 mamba2/prefill4096/B8/align/G1/nograph mamba1/decode/B256/none/G1/fullgraph
 mamba1/prefill4096/B8/none/G1/nograph short_conv/decode/B256/none/G1/fullgraph
 short_conv/prefill4096/B8/none/G1/nograph linear/decode/B256/none/G1/fullgraph
-linear/prefill4096/B8/none/G1/nograph)");
+linear/prefill4096/B8/none/G1/nograph ple_short_conv/decode/B256/none/G1/fullgraph
+ple_short_conv/spec-k3/B256/align/G1/fullgraph ple_short_conv/prefill4096/B8/none/G1/nograph
+bailing_linear/decode/B256/none/G1/fullgraph bailing_linear/prefill4096/B8/none/G1/nograph)");
     return std::vector<std::string>(std::istream_iterator<std::string>(in), {});
   }();
   return names;

@@ -8,7 +8,7 @@
 # Stages, one summary line each; exit status 1 if any stage fails:
 #   gpu-tests       BUILD/tests/linmeta_gpu_tests (all GPU tests, full random run)
 #   soak            the random cuda-vs-host test with LINMETA_SOAK_STEPS steps per builder
-#                   kind (default 20000: 1.2e5 steps over the six kinds; G 1-48, capture and
+#                   kind (default 20000: 1.6e5 steps over the eight kinds; G 1-48, capture and
 #                   eager, PDL on and off)
 #   replay-cuda-F   BUILD/tools/linmeta-replay check tests/data/F.jsonl --target cuda, for
 #                   every case file F of tests/data (seed, vLLM 0.34 GDN/KDA, the Mamba family,

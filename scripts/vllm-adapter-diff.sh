@@ -7,7 +7,8 @@
 #   scripts/vllm-adapter-diff.sh [--builders LIST] [--steps N] [--seed S] [--zero-drafts P]
 #                                [--dump FILE] [--record FILE]
 #
-# --builders: comma-separated, of gdn,kda,mamba2,mamba1,short_conv,linear,bailing_linear
+# --builders: comma-separated, of gdn,kda,mamba2,mamba1,short_conv,linear,bailing_linear,
+# ple_short_conv
 # (default all).
 # --dump FILE: every differing case as a JSON line (the case format; replayable).
 #
@@ -30,7 +31,7 @@ ROOT=$(pwd)
 source scripts/env.sh
 
 STEPS=2000 SEED=1 ZERO_DRAFTS=10 RECORD="" DUMP=""
-BUILDERS=gdn,kda,mamba2,mamba1,short_conv,linear,bailing_linear
+BUILDERS=gdn,kda,mamba2,mamba1,short_conv,linear,bailing_linear,ple_short_conv
 while [ $# -gt 0 ]; do
   case "$1" in
     --builders) BUILDERS=$2; shift 2 ;;

@@ -6,9 +6,9 @@ builders"; docs/vllm.md, "Costs"): ratios, not absolutes.
 1. runs ``linmeta-bench --target host`` on the workloads, with ``--json`` (linmeta's host time
    per build, median) and ``--steps`` (each workload's step as a case-file line);
 2. builds every Mamba-family step of that file with vLLM's builder on CPU tensors, as vLLM
-   0.34's model runner calls it (``build(0, common_attn_metadata, **kwargs)``; Mamba2 and
-   ShortConv get ``num_accepted_tokens`` / ``num_decode_draft_tokens_cpu``, Mamba1 and linear
-   attention nothing), and times each call alone: median of at least ``--reps`` calls and
+   0.34's model runner calls it (``build(0, common_attn_metadata, **kwargs)``; Mamba2,
+   ShortConv and PLE ShortConv get ``num_accepted_tokens`` / ``num_decode_draft_tokens_cpu``,
+   Mamba1, linear attention and Bailing nothing), and times each call alone: median of at least ``--reps`` calls and
    ``--min-time`` seconds after ``--warmup`` calls;
 3. prints vLLM's median, linmeta's and vLLM / linmeta, with the target of the prefill-heavy
    step (>= 100x), and vLLM / (linmeta's plan + pack phases): the host work the cuda target
@@ -54,6 +54,11 @@ WORKLOADS = [
     "short_conv/prefill4096/B8/none/G1/nograph",
     "linear/decode/B256/none/G1/fullgraph",
     "linear/prefill4096/B8/none/G1/nograph",
+    "ple_short_conv/decode/B256/none/G1/fullgraph",
+    "ple_short_conv/spec-k3/B256/align/G1/fullgraph",
+    "ple_short_conv/prefill4096/B8/none/G1/nograph",
+    "bailing_linear/decode/B256/none/G1/fullgraph",
+    "bailing_linear/prefill4096/B8/none/G1/nograph",
     # linmeta-bench's same-run references of the Mamba family (GDN headline family, same rows).
     "gdn/spec-k3/B256/align/G4/fullgraph",
     "gdn/spec-k3/B8/align/G4/fullgraph",
@@ -85,6 +90,8 @@ ADAPTER_CLASSES = {
     "mamba1": "Mamba1AttentionMetadataBuilder",
     "short_conv": "ShortConvAttentionMetadataBuilder",
     "linear": "LinearAttentionMetadataBuilder",
+    "ple_short_conv": "PleShortConvAttentionMetadataBuilder",
+    "bailing_linear": "BailingLinearAttentionMetadataBuilder",
 }
 
 
@@ -94,10 +101,12 @@ def vllm_builders():
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import vllm
-    from vllm.v1.attention.backends.linear_attn import LinearAttentionMetadataBuilder
+    from vllm.v1.attention.backends.linear_attn import (BailingLinearAttentionMetadataBuilder,
+                                                        LinearAttentionMetadataBuilder)
     from vllm.v1.attention.backends.mamba1_attn import Mamba1AttentionMetadataBuilder
     from vllm.v1.attention.backends.mamba2_attn import Mamba2AttentionMetadataBuilder
-    from vllm.v1.attention.backends.short_conv_attn import ShortConvAttentionMetadataBuilder
+    from vllm.v1.attention.backends.short_conv_attn import (PleShortConvAttentionMetadataBuilder,
+                                                            ShortConvAttentionMetadataBuilder)
 
     if vllm.__version__ != "0.34.0":
         sys.exit(f"bench_vllm_builders: needs vllm 0.34.0, found {vllm.__version__}")
@@ -106,6 +115,8 @@ def vllm_builders():
         "mamba1": Mamba1AttentionMetadataBuilder,
         "short_conv": ShortConvAttentionMetadataBuilder,
         "linear": LinearAttentionMetadataBuilder,
+        "ple_short_conv": PleShortConvAttentionMetadataBuilder,
+        "bailing_linear": BailingLinearAttentionMetadataBuilder,
     }
 
 
@@ -209,7 +220,7 @@ def call_for(builder: str, b, step: dict, device="cpu", with_vllm=True, read=Non
 
     m = common_metadata(step, device, with_vllm)
     kwargs = {}
-    if builder in ("mamba2", "short_conv"):  # mamba_hybrid.py: get_extra_attn_kwargs
+    if builder in ("mamba2", "short_conv", "ple_short_conv"):  # mamba_hybrid.py
         accepted, drafts = step["num_accepted_tokens"], step["num_decode_draft_tokens_cpu"]
         kwargs = {"num_accepted_tokens": None if accepted is None else torch.tensor(
                       accepted, dtype=torch.int32, device=device),
