@@ -69,6 +69,9 @@ struct DeviceStep {
     seq_lens = upload(cuda, d.seq_lens, owned);
     accepted = upload(cuda, d.accepted, owned);
     step = d.step(upload(cuda, d.qsl, owned), seq_lens, accepted, tables[0].data);
+    // cudaMemcpy from pageable memory may return before its DMA lands; the builds run
+    // on a non-blocking stream.
+    if (cuda) cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
   std::vector<DevicePtr> owned;
   std::vector<BlockTable> tables;

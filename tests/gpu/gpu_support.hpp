@@ -220,7 +220,9 @@ class DeviceStep {
   DeviceStep() = default;
   explicit DeviceStep(size_t reserve_bytes) { mem_.reserve(reserve_bytes); }
 
-  /// Synchronous upload (cudaMemcpy); `r` must outlive `step`.
+  /// Synchronous upload; `r` must outlive `step`. cudaMemcpy from pageable memory returns
+  /// once the bytes are staged, before the DMA lands, and the builds run on a non-blocking
+  /// stream that is not ordered after the legacy stream: hence the device synchronize.
   void upload(const RandomStep& r) {
     const size_t n = static_cast<size_t>(r.num_reqs);
     const size_t head = (3 * n + 1 + 63) / 64 * 64;
@@ -238,6 +240,7 @@ class DeviceStep {
     check(cudaMemcpy(mem_.get(), staging_.data(), staging_.size() * sizeof(int32_t),
                      cudaMemcpyHostToDevice),
           "cudaMemcpy(step upload)");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(step upload)");
     const int32_t* d = mem_.get<int32_t>();
     tables.clear();
     for (size_t g = 0; g < r.tables.size(); ++g)
