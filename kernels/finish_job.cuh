@@ -224,9 +224,24 @@ LINMETA_HD inline void store(char* base, DType t, int64_t e, int64_t v) {
   }
 }
 
+/// Where job `j` writes the elements of `group`.
+LINMETA_HD inline char* job_base(const LaunchHeader& h, const Job& j, int32_t group) {
+  return h.buffers + j.dst + (j.per_group ? group * h.group_stride : 0);
+}
+
+/// vLLM's PAD_SLOT_ID.
+inline constexpr int32_t kPadSlotId = -1;
+
+/// Causal-conv1d program e of sequence i (off[i] <= e < off[i + 1]): the sequence, or the
+/// 8-token chunk within it.
+LINMETA_HD inline int32_t conv_program(const ConvPrograms& x, const int32_t* off, int32_t i,
+                                       int32_t e) {
+  return x.chunk ? e - off[i] : i;
+}
+
 LINMETA_HD inline void run_element(const LaunchHeader& h, const int32_t* a, const Job& j,
                                    int32_t group, int32_t e) {
-  char* base = h.buffers + j.dst + (j.per_group ? group * h.group_stride : 0);
+  char* base = job_base(h, j, group);
   const JobArgs& x = j.args;
   int64_t v = 0;
   switch (j.kind) {
@@ -281,11 +296,9 @@ LINMETA_HD inline void run_element(const LaunchHeader& h, const int32_t* a, cons
       return;
     }
     case JobKind::ConvPrograms: {
-      v = -1;  // PAD_SLOT_ID
-      if (e < a[x.conv.offsets + x.conv.n_seqs]) {
-        const int32_t i = owner(a + x.conv.offsets, x.conv.n_seqs, e);
-        v = x.conv.chunk ? e - a[x.conv.offsets + i] : i;
-      }
+      const int32_t* off = a + x.conv.offsets;
+      v = kPadSlotId;
+      if (e < off[x.conv.n_seqs]) v = conv_program(x.conv, off, owner(off, x.conv.n_seqs, e), e);
       break;
     }
     case JobKind::CheckpointGather: {

@@ -68,12 +68,17 @@ void plan_conv1d(StepPlan& p, const int32_t* cu, int32_t n) {
   p.conv_seqs = n;
   ceil_cumsum(cu, n, kConvBlock, p.conv_offsets.data(), p.conv_nums.data());
   // vLLM's host lists: np.repeat(arange(n), nums) and the concatenated range(nums[i]).
-  int32_t k = 0;
-  for (int32_t i = 0; i < n; ++i)
-    for (int32_t j = 0; j < p.conv_nums[i]; ++j, ++k) {
-      p.conv_mlist[k] = i;
-      p.conv_offsetlist[k] = j;
+  int64_t* mlist = p.conv_mlist.data();
+  int32_t* offsetlist = p.conv_offsetlist.data();
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t m = p.conv_nums[i];  // a local: the stores below could alias the span
+    for (int32_t j = 0; j < m; ++j) {
+      mlist[j] = i;
+      offsetlist[j] = j;
     }
+    mlist += m;
+    offsetlist += m;
+  }
 }
 
 void fill_cumsum(const StepPlan& p, const RowList& rows, Cumsum& out) {
