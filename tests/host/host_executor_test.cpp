@@ -62,9 +62,8 @@ TEST(HostExecutor, ConvProgramsWalkEqualsTheElementForm) {
     const OneJob e = conv_job(offsets, count, chunk, dtype, element.data());
     const Job& job = job_at(e.h, e.arena(), 0);
     for (int32_t i = 0; i < count; ++i) run_element(e.h, e.arena(), job, 0, i);
-    ASSERT_EQ(walked, element) << "trial " << trial << ": " << offsets.size() - 1
-                               << " sequences, " << total << " programs, count " << count
-                               << ", chunk " << chunk;
+    ASSERT_EQ(walked, element) << "trial " << trial << ": " << offsets.size() - 1 << " sequences, "
+                               << total << " programs, count " << count << ", chunk " << chunk;
   }
 }
 
