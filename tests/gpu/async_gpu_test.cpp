@@ -16,8 +16,8 @@ namespace {
 using linmeta::testing::random_step;
 using linmeta::testing::RandomStepOptions;
 
-/// Configurations that exercise spec decoding, FULL-graph staging, align mode and
-/// (KDA) RecoverSSM with checkpoints.
+/// Configurations that exercise spec decoding, FULL-graph staging, align mode, (KDA)
+/// RecoverSSM with checkpoints and (Mamba2, PLE ShortConv) prefill checkpoints.
 Config async_config(BuilderKind kind, int32_t rows = 64) {
   Config c;
   c.max_num_seqs = rows;
@@ -28,6 +28,18 @@ Config async_config(BuilderKind kind, int32_t rows = 64) {
     c.block_size = 16;
     c.num_speculative_blocks = 2;
     c.chunk_metadata = true;
+  } else if (!is_gdn_family(kind)) {  // the Mamba family: vLLM 0.34's rules only
+    c.profile = Profile::Vllm034;
+    c.prefill_backend = PrefillBackend::Triton;
+    c.num_spec = 3;
+    c.block_size = 64;
+    c.num_speculative_blocks = 3;
+    c.chunk_metadata = false;
+    if (kind == BuilderKind::Mamba2) c.chunk_size = 128;
+    if (kind == BuilderKind::Mamba2 || kind == BuilderKind::PleShortConv) {
+      c.num_prefill_checkpoint_blocks = 1;
+      c.prefill_checkpoint_alignment = 16;
+    }
   } else {
     c.num_spec = 3;
     c.block_size = 64;
@@ -134,7 +146,9 @@ TEST_P(RingSafetyGpu, BackToBackBuildsWithoutSyncMatchSynchronisedHostBuilds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Async, RingSafetyGpu,
-                         ::testing::Combine(::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
+                         ::testing::Combine(::testing::Values(BuilderKind::Gdn, BuilderKind::Kda,
+                                                              BuilderKind::Mamba2,
+                                                              BuilderKind::PleShortConv),
                                             ::testing::Values(1, 4), ::testing::Values(1, 4),
                                             ::testing::Values(64, 2048)),
                          [](const ::testing::TestParamInfo<RingParam>& i) {
@@ -214,8 +228,7 @@ TEST_P(NoSyncGpu, BuildsReturnWhileTheStreamIsBusy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Async, NoSyncGpu,
-                         ::testing::Combine(::testing::Values(BuilderKind::Gdn, BuilderKind::Kda),
-                                            ::testing::Values(2, 4, 8)),
+                         ::testing::Combine(kAllKinds, ::testing::Values(2, 4, 8)),
                          [](const ::testing::TestParamInfo<NoSyncParam>& i) {
                            return std::string(kind_name(std::get<0>(i.param))) + "_slots" +
                                   std::to_string(std::get<1>(i.param));

@@ -14,6 +14,7 @@
 
 #include "common/test_seed.hpp"
 #include "host_step.hpp"
+#include "linmeta/names.hpp"
 #include "random_step.hpp"
 
 namespace {
@@ -241,6 +242,26 @@ TEST(NoAlloc, KdaFourGroups) {
   for (uint32_t seed = 0; seed < kConfigs; ++seed)
     expect_no_allocations(BuilderKind::Kda, 4, 400 + seed, kStepsPerConfig);
 }
+
+/// The Mamba family and linear attention (their own rules, one pipeline with GDN / KDA's):
+/// random vllm-0.34 configurations, one and four groups.
+class NoAllocMamba : public ::testing::TestWithParam<BuilderKind> {};
+
+TEST_P(NoAllocMamba, RandomConfigs) {
+  const auto kind = static_cast<uint32_t>(GetParam());
+  for (uint32_t seed = 0; seed < kConfigs / 2; ++seed) {
+    expect_no_allocations(GetParam(), 1, 500 + 100 * kind + seed, kStepsPerConfig);
+    expect_no_allocations(GetParam(), 4, 550 + 100 * kind + seed, kStepsPerConfig);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, NoAllocMamba,
+                         ::testing::Values(BuilderKind::Mamba2, BuilderKind::Mamba1,
+                                           BuilderKind::ShortConv, BuilderKind::Linear,
+                                           BuilderKind::BailingLinear, BuilderKind::PleShortConv),
+                         [](const ::testing::TestParamInfo<BuilderKind>& i) {
+                           return std::string(linmeta::names::builder_kind_name(i.param));
+                         });
 
 /// Hand-picked configurations the random ones may miss: FULL graphs with
 /// RecoverSSM and checkpoints, align mode, many groups.
