@@ -3,6 +3,7 @@
 // the steps they share: causal-conv1d metadata and prefill checkpoints.
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 
 #include "capacity.hpp"
 #include "checkpoint_rule.hpp"
@@ -72,10 +73,8 @@ void plan_conv1d(StepPlan& p, const int32_t* cu, int32_t n) {
   int32_t* offsetlist = p.conv_offsetlist.data();
   for (int32_t i = 0; i < n; ++i) {
     const int32_t m = p.conv_nums[i];  // a local: the stores below could alias the span
-    for (int32_t j = 0; j < m; ++j) {
-      mlist[j] = i;
-      offsetlist[j] = j;
-    }
+    std::fill_n(mlist, m, int64_t{i});
+    std::iota(offsetlist, offsetlist + m, 0);
     mlist += m;
     offsetlist += m;
   }
