@@ -8,26 +8,20 @@ namespace linmeta::detail {
 
 namespace {
 
-/// The elements of a ConvPrograms job sequence by sequence: run_element's values
-/// (conv_program, then PAD_SLOT_ID) without its search per element. A long prefill has
-/// thousands of programs: they were most of a prefill step's host-target time.
-template <class T, class Chunk>
-void run_conv_programs(ConvPrograms x, Chunk chunk, const int32_t* off, int32_t count, T* out) {
+/// The elements of an int32 ConvPrograms job (batch_ptr, token_chunk_offset_ptr) sequence by
+/// sequence: run_element's values (conv_program, then PAD_SLOT_ID) without its search per
+/// element. A long prefill has thousands of programs: they were most of a prefill step's
+/// host-target time.
+template <class Chunk>
+void run_conv_programs(ConvPrograms x, Chunk chunk, const int32_t* off, int32_t count,
+                       int32_t* out) {
   x.chunk = chunk;  // a constant for the compiler: one vectorised loop per flavour
   int32_t e = 0;
   for (int32_t i = 0; i < x.n_seqs; ++i) {
     const int32_t end = std::min(off[i + 1], count);
-    for (; e < end; ++e) out[e] = static_cast<T>(conv_program(x, off, i, e));
+    for (; e < end; ++e) out[e] = conv_program(x, off, i, e);
   }
-  for (; e < count; ++e) out[e] = static_cast<T>(kPadSlotId);
-}
-
-template <class T>
-void run_conv_programs(const ConvPrograms& x, const int32_t* off, int32_t count, T* out) {
-  if (x.chunk)
-    run_conv_programs(x, std::integral_constant<int32_t, 1>{}, off, count, out);
-  else
-    run_conv_programs(x, std::integral_constant<int32_t, 0>{}, off, count, out);
+  for (; e < count; ++e) out[e] = kPadSlotId;
 }
 
 /// Every element of `job` for group `g` through run_element, with the job kind a constant
@@ -41,13 +35,11 @@ void run_elements(const LaunchHeader& h, const int32_t* arena, Job job, int32_t 
 void run_job(const LaunchHeader& h, const int32_t* arena, const Job& job, int32_t g) {
   switch (job.kind) {
     case JobKind::ConvPrograms: {
+      if (job.dtype != DType::Int32) return run_elements<JobKind::ConvPrograms>(h, arena, job, g);
       const ConvPrograms& x = job.args.conv;
-      char* base = job_base(h, job, g);
-      if (job.dtype == DType::Int32)
-        return run_conv_programs(x, arena + x.offsets, job.count, reinterpret_cast<int32_t*>(base));
-      if (job.dtype == DType::Int64)
-        return run_conv_programs(x, arena + x.offsets, job.count, reinterpret_cast<int64_t*>(base));
-      return run_elements<JobKind::ConvPrograms>(h, arena, job, g);
+      auto* out = reinterpret_cast<int32_t*>(job_base(h, job, g));
+      if (x.chunk) return run_conv_programs(x, std::true_type{}, arena + x.offsets, job.count, out);
+      return run_conv_programs(x, std::false_type{}, arena + x.offsets, job.count, out);
     }
 #define LINMETA_RUN(K) \
   case JobKind::K:     \
