@@ -75,26 +75,9 @@ def load():
         return torch.gather(block_table, 1, (start[:, None] + offsets).to(torch.int64))
 
     seeds.kda._mamba_get_block_table_tensor = aligned
-    import vllm.utils.torch_utils as vllm_torch_utils  # the stand-in's
-
-    if not hasattr(vllm_torch_utils, "current_stream"):
-        # vLLM's current_stream() returns the stream its runner works on, kept by vLLM (a
-        # torch.cuda.current_stream() call makes a Stream object each time): the same here.
-        vllm_torch_utils.current_stream = _kept_current_stream
     import linmeta.vllm as lv  # after the stand-in: same base classes and dataclasses
 
     return seeds, runner, lv
-
-
-_KEPT_STREAM = []
-
-
-def _kept_current_stream():
-    """vLLM's vllm.utils.torch_utils.current_stream(), as the stand-in lacks it: torch's
-    current stream, looked up once."""
-    if not _KEPT_STREAM:
-        _KEPT_STREAM.append(torch.cuda.current_stream())
-    return _KEPT_STREAM[0]
 
 
 def workload(name, g, device, rng):

@@ -312,14 +312,6 @@ def main() -> None:
         os.environ.setdefault("LINMETA_VLLM_PROFILE", "vllm-0.34")
     import torch
 
-    if version is None and args.device == "cuda":
-        # vLLM's vllm.utils.torch_utils.current_stream(), which linmeta.vllm asks under vLLM:
-        # the stream vLLM keeps (torch.cuda.current_stream() makes a Stream object per call).
-        kept = torch.cuda.current_stream()
-        fake = types.ModuleType("vllm.utils.torch_utils")
-        fake.current_stream = lambda: kept
-        sys.modules["vllm.utils.torch_utils"] = fake
-
     torch.set_num_threads(1)
     if version:
         print(f"\nvLLM {version} builders on CPU tensors (torch {torch.__version__}, 1 thread) "

@@ -105,9 +105,15 @@ def _value_json(v, to_numpy):
         return v
     if isinstance(v, dict):
         return _members_json(v, to_numpy)
-    if hasattr(v, "__dict__") and not hasattr(v, "__dlpack__"):  # a composite
+    if hasattr(v, "__dict__") and not _is_input_array(v):  # a composite
         return _members_json(vars(v), to_numpy)
     return to_numpy(v).tolist()
+
+
+def _is_input_array(v):
+    """An array: a DLPack producer, or one of the DLPack C exchange API only
+    (exchange_producer.py)."""
+    return hasattr(v, "__dlpack__") or hasattr(type(v), "__dlpack_c_exchange_api__")
 
 
 def _members_json(members, to_numpy):
@@ -115,7 +121,7 @@ def _members_json(members, to_numpy):
     for name, v in members.items():
         name = str(name)
         j[name] = _value_json(v, to_numpy)
-        if hasattr(v, "__dlpack__"):  # an array (numpy, torch, a DLPack view): its dtype
+        if _is_input_array(v):  # an array (numpy, torch, a DLPack view): its dtype
             a = to_numpy(v)
             j[name + "__dtype"] = str(a.dtype)
             if a.ndim == 2 and a.shape[0] == 0:

@@ -378,21 +378,3 @@ def test_builders_and_native_builder_are_freed(lv, kind):
         gc.enable()
     gc.collect()
     assert native() is None
-
-
-def test_stream_query_is_vllms_current_stream(lv, monkeypatch):
-    """On CUDA the engine launches on vLLM's current stream (vllm.utils.torch_utils
-    .current_stream: vLLM keeps it, torch.cuda.current_stream() makes an object per call),
-    else torch's."""
-    import sys
-
-    def vllm_current_stream():
-        return "vLLM's stream"
-
-    fake = types.ModuleType("vllm.utils.torch_utils")
-    fake.current_stream = vllm_current_stream
-    monkeypatch.setitem(sys.modules, "vllm.utils.torch_utils", fake)
-    assert lv._common.current_stream_query(CPU) is vllm_current_stream
-    monkeypatch.setitem(sys.modules, "vllm.utils.torch_utils", types.ModuleType("empty"))
-    q = lv._common.current_stream_query(CPU)
-    assert q.func is torch.cuda.current_stream and q.args == (CPU,)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import importlib
 import logging
 import os
@@ -146,13 +145,6 @@ def check_plain_dataclass(cls) -> None:
         raise TypeError(f"linmeta.vllm: {cls.__qualname__} is not a plain dataclass")
 
 
-def make(cls, fields: dict):
-    """An instance of plain dataclass `cls` whose fields are `fields` (every one of them)."""
-    obj = cls.__new__(cls)
-    obj.__dict__ = fields
-    return obj
-
-
 def defaults(cls) -> dict:
     """The default of every field of dataclass `cls` (None where it has none)."""
     out = {}
@@ -198,9 +190,7 @@ class _Engine:
         group = self.groups
         self.groups += 1
         target = "cuda" if self.device.type == "cuda" else "host"
-        stream = None
         if target == "cuda":
-            stream = current_stream_query(self.device)
             with torch.cuda.device(self.device):
                 builder = _linmeta.MetadataBuilder(
                     self.kind, target=target, num_groups=self.groups, array_type="torch",
@@ -211,7 +201,7 @@ class _Engine:
                 **self.config)
         self.builder = builder
         self.native = _linmeta.vllm.Engine(
-            builder, self.fields, self.defaults, self.classes, stream, PREFETCH_TABLES)
+            builder, self.fields, self.defaults, self.classes, PREFETCH_TABLES)
         return group
 
     def int32_counts(self, accepted, drafts):
@@ -229,6 +219,15 @@ class _Engine:
         return copies
 
 
+_INT64 = torch.int64
+
+
+def has_int64(accepted, drafts) -> bool:
+    """Whether either count is an int64 torch tensor (the native engine reads int32)."""
+    return ((accepted is not None and getattr(accepted, "dtype", None) is _INT64)
+            or (drafts is not None and getattr(drafts, "dtype", None) is _INT64))
+
+
 def _is_int32(t) -> bool:
     """Whether `t` is read as it is: None, anything but an int64 torch tensor (int32, or an
     input the native import refuses by name)."""
@@ -237,18 +236,6 @@ def _is_int32(t) -> bool:
 
 def _as_int32(t):
     return t if _is_int32(t) else t.to(torch.int32)
-
-
-def current_stream_query(device):
-    """The callable the engine asks for the stream to launch on: vLLM's
-    ``vllm.utils.torch_utils.current_stream()`` where vLLM has it (the stream vLLM's model
-    runner works on, kept by vLLM itself because ``torch.cuda.current_stream()`` makes a new
-    Stream object per call: 5.5 us on an H200's host), else ``torch.cuda.current_stream``."""
-    try:
-        from vllm.utils.torch_utils import current_stream
-    except Exception:  # noqa: BLE001 - vLLM absent, or a release without it
-        return functools.partial(torch.cuda.current_stream, device)
-    return current_stream
 
 
 _ENGINES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -363,12 +350,14 @@ class Builder:
             self._group, common_attn_metadata, None, None, True))
 
     def update_block_table(self, metadata, blk_table, slot_mapping):
-        return self.metadata(self._engine.native.update_block_table(
-            self._group, metadata, blk_table))
+        return self.metadata(self._engine.native.update_block_table(self._group, metadata, blk_table))
 
     def metadata(self, fields: dict):
-        """vLLM's metadata object of one call's fields."""
-        return make(self._cls, fields)
+        """vLLM's metadata object of one call's fields: its instance __dict__ (a plain
+        dataclass, check_plain_dataclass)."""
+        md = self._cls.__new__(self._cls)
+        md.__dict__ = fields
+        return md
 
 
 def register_with_vllm(classes) -> list[str]:

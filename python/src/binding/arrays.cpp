@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "dlpack_exchange.hpp"
 #include "linmeta/error.hpp"
 
 namespace linmeta::py {
@@ -362,14 +363,14 @@ TorchObjects* torch_objects_found = nullptr;
   t->uint8 = torch.attr("uint8");
   t->int8 = torch.attr("int8");
   t->int16 = torch.attr("int16");
-  t->s_dtype = nb::str("dtype");
-  t->s_shape = nb::str("shape");
-  t->s_stride = nb::str("stride");
-  t->s_data_ptr = nb::str("data_ptr");
-  t->s_get_device = nb::str("get_device");
-  t->s_is_cpu = nb::str("is_cpu");
-  t->s_is_cuda = nb::str("is_cuda");
-  t->s_device = nb::str("device");
+  t->s_dtype = interned("dtype");
+  t->s_shape = interned("shape");
+  t->s_stride = interned("stride");
+  t->s_data_ptr = interned("data_ptr");
+  t->s_get_device = interned("get_device");
+  t->s_is_cpu = interned("is_cpu");
+  t->s_is_cuda = interned("is_cuda");
+  t->s_device = interned("device");
   torch_objects_found = t;
   return t;
 }
@@ -528,7 +529,7 @@ std::string dtype_name(nb::dlpack::dtype dt) {
 
 void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Stream consumer) {
   if (!obj.is_valid() || obj.is_none()) return;
-  if (import_torch_tensor(obj, a, name)) {
+  if (import_exchange(obj, a) || import_torch_tensor(obj, a, name)) {
     check_view(a, name);
     return;
   }

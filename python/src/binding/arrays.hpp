@@ -45,14 +45,16 @@ struct ImportedArray {
   int32_t device_type = 0;
   int32_t device_id = 0;
   nb::ndarray<nb::ro> nd;  ///< DLPack / buffer-protocol imports
-  nb::object keep;         ///< interface-dict imports
+  nb::object keep;         ///< the other imports: the object owning the memory
 };
 
 /// Imports `obj` without copying; None gives an absent array. `consumer` is the
 /// stream the build runs on: a __cuda_array_interface__ producer stream is
-/// ordered before it. Raises TypeError for objects that are no array. Plain torch tensors
-/// are read through their public attributes (dtype, shape, stride(), data_ptr(), device);
-/// anything else goes through DLPack, the buffer protocol or the array interfaces.
+/// ordered before it. Raises TypeError for objects that are no array. In order: an object
+/// whose type publishes the DLPack C exchange API (torch >= 2.10's tensors) is read with one
+/// C call (dlpack_exchange.hpp); a plain torch tensor of an older torch through its public
+/// attributes (dtype, shape, stride(), data_ptr(), device); anything else through DLPack,
+/// the buffer protocol or the array interfaces.
 ImportedArray import_array(nb::handle obj, const char* name, Stream consumer);
 
 /// import_array into `a`, an ImportedArray as default-constructed (the import is built in
@@ -84,6 +86,14 @@ std::string dtype_name(nb::dlpack::dtype dt);
 nb::object export_array(const void* data, int32_t ndim, int64_t rows, int64_t cols,
                         nb::dlpack::dtype dtype, int32_t device_type, int32_t device_id,
                         nb::handle owner, ArrayType type);
+
+/// `s` as an interned Python str: dict and attribute lookups with it find the interned
+/// names of classes and instances by identity, without comparing characters.
+inline nb::str interned(const char* s) {
+  PyObject* o = PyUnicode_InternFromString(s);
+  if (o == nullptr) throw nb::python_error();
+  return nb::steal<nb::str>(o);
+}
 
 /// Throws linmeta::Error (Python: linmeta.Error, a ValueError) with "linmeta: " + message.
 [[noreturn]] void raise_error(const std::string& message);

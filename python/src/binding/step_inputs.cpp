@@ -139,6 +139,7 @@ BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32
 
 void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
   const TargetMemory mem = b.memory();
+  p.arrays.reserve(p.arrays.size() + 8);  // this step's arrays: one allocation
   p.stream = mem.target == Target::Cuda ? parse_stream(a.stream) : nullptr;
   if (mem.target == Target::Host) (void)parse_stream(a.stream);  // still type-check it
   Step& s = p.step;

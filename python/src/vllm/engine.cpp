@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../binding/dlpack_exchange.hpp"
 #include "../binding/fields.hpp"
 #include "../binding/step_inputs.hpp"
 #include "linmeta/outputs.hpp"
@@ -126,24 +127,22 @@ class Engine {
   /// starts from a copy); classes: {field name: dataclass} for the composites vLLM returns as
   /// dataclasses ("a.b" for one nested in composite a), made with their members as the
   /// instance's __dict__ (vLLM's are plain dataclasses: linmeta.vllm checks that);
-  /// stream: a callable returning the stream to launch on (torch's current one), or None;
   /// prefetch_tables: a plan gathers the other groups' state indices from the tables they
   /// used the step before (checked when they are served).
   Engine(nb::object builder, nb::handle fields, nb::dict defaults, nb::dict classes,
-         nb::object stream, bool prefetch_tables)
+         bool prefetch_tables)
       : b_(nb::inst_ptr<PyBuilder>(builder)),
         exporter_(builder, b_->device_id, b_->array_type),
         defaults_(std::move(defaults)),
         classes_(std::move(classes)),
-        stream_(std::move(stream)),
         prefetch_(prefetch_tables) {
-    for (int32_t i = 0; i < kAttrs; ++i) names_[i] = nb::str(kAttrNames[i]);
+    for (int32_t i = 0; i < kAttrs; ++i) names_[i] = interned(kAttrNames[i]);
     const BuilderKind kind = b_->builder.kind();
     nb::set wanted;
     for (nb::handle f : fields) wanted.add(f);
     for (const OutputSpec& spec : kOutputs) {
       if (!spec.is_output() || spec.nested() || !spec.has(kind)) continue;
-      nb::str key(spec.name);
+      nb::str key = interned(spec.name);  // the dataclass's field names are interned
       if (wanted.contains(key)) keys_.push_back({spec.id, key, spec.name});
     }
     // The fields of each composite dataclass (vLLM's; the seed KDA's has two of six).
@@ -218,10 +217,30 @@ class Engine {
                   std::to_string(b_->builder.num_groups()) + ")");
   }
 
-  /// The stream to launch on, as a Python object (None: the legacy default stream).
-  [[nodiscard]] nb::object stream_object() const {
-    if (b_->builder.target() != Target::Cuda || stream_.is_none()) return nb::none();
-    return stream_();
+  /// The stream a step launches on: on the cuda target the current work stream of the block
+  /// table's producer, read through its DLPack C exchange API (torch:
+  /// torch.cuda.current_stream(), where the caller's work on these tensors runs); `known`:
+  /// false where the producer publishes none (refused by require_known once the table is
+  /// imported: an object that is no CUDA table gets the import's error first).
+  struct LaunchStream {
+    Stream stream = nullptr;
+    bool known = true;
+  };
+  [[nodiscard]] LaunchStream launch_stream(nb::handle table) const {
+    LaunchStream l;
+    if (b_->builder.target() == Target::Cuda)
+      l.known = producer_stream(table, b_->device_id, l.stream);
+    return l;
+  }
+  static void require_known(const LaunchStream& l, nb::handle table, const char* name) {
+    if (!l.known)
+      raise_error(std::string(name) +
+                  ": the cuda target launches on the current stream of the tensors' producer, "
+                  "read through the DLPack C exchange API (__dlpack_c_exchange_api__, torch >= "
+                  "2.11), which " +
+                  nb::cast<std::string>(
+                      nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(table.ptr()))))) +
+                  " does not publish");
   }
 
   /// Imports a block table for a step of `num_reqs` rows; `consumer`: the stream the work
@@ -237,9 +256,12 @@ class Engine {
   /// from the tables they had the step before (prefetch) or this one.
   void plan(int32_t group, const CallInputs& in, bool capture) {
     PreparedStep p;
-    prepare(p, *b_, in.args(stream_object()));  // the inputs ordered before the launch stream
+    const LaunchStream launch = launch_stream(in.attr[kBlockTable]);
+    // The inputs ordered before the launch stream.
+    prepare(p, *b_, in.args(nb::steal(PyLong_FromVoidPtr(launch.stream))));
     const int32_t n = p.step.num_reqs;
     const GroupTable own = import(in.attr[kBlockTable], n, kTableName, p.stream);
+    require_known(launch, in.attr[kBlockTable], kTableName);
     const auto G = static_cast<size_t>(b_->builder.num_groups());
     std::vector<GroupTable> use(G, own);
     for (size_t h = 0; h < G; ++h) {
@@ -275,9 +297,10 @@ class Engine {
   /// table is in other memory than the launch read (then one re-gather).
   void regather(int32_t group, nb::handle table, const char* name) {
     const auto g = static_cast<size_t>(group);
-    const nb::object so = stream_object();
-    const Stream s = so.is_none() ? nullptr : parse_stream(so);
-    GroupTable t = import(table, num_reqs_, name, s);  // ordered before a re-gather on `s`
+    const LaunchStream launch = launch_stream(table);
+    GroupTable t = import(table, num_reqs_, name, launch.stream);  // ordered before a re-gather
+    require_known(launch, table, name);
+    const Stream s = launch.stream;
     if (!(t.table == tables_[g].table)) {
       metas_[g] = b_->builder.update_block_table(metas_[g], t.table, group, s);
       ++regathers_;
@@ -332,7 +355,6 @@ class Engine {
   nb::dict defaults_;
   nb::dict classes_;
   nb::dict class_fields_;  ///< composite name -> its dataclass's field names
-  nb::object stream_;
   bool prefetch_;
   std::array<nb::str, kAttrs> names_;
   std::vector<Key> keys_;
@@ -358,8 +380,8 @@ void bind_vllm(nb::module_& m) {
   nb::class_<Engine>(sub, "Engine",
                      "One native builder serving the KV-cache groups of one configuration "
                      "(python/src/vllm/engine.hpp).")
-      .def(nb::init<nb::object, nb::handle, nb::dict, nb::dict, nb::object, bool>(), "builder"_a,
-           "fields"_a, "defaults"_a, "classes"_a, "stream"_a.none(), "prefetch_tables"_a)
+      .def(nb::init<nb::object, nb::handle, nb::dict, nb::dict, bool>(), "builder"_a, "fields"_a,
+           "defaults"_a, "classes"_a, "prefetch_tables"_a)
       .def("build", &Engine::build, "group"_a, "m"_a, "num_accepted_tokens"_a.none(),
            "num_decode_draft_tokens_cpu"_a.none(), "capture"_a)
       .def("update_block_table", &Engine::update_block_table, "group"_a, "metadata"_a,
