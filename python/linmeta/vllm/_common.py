@@ -179,7 +179,6 @@ class _Engine:
     def __init__(self, kind, config, device, cls, classes):
         self.kind, self.config, self.device = kind, dict(config), device
         self.cls, self.classes = cls, classes
-        self.fields = [f.name for f in dataclasses.fields(cls)]
         self.defaults = defaults(cls)
         self.groups = 0
         self.builder = None  # the native MetadataBuilder
@@ -201,7 +200,7 @@ class _Engine:
                 **self.config)
         self.builder = builder
         self.native = _linmeta.vllm.Engine(
-            builder, self.fields, self.defaults, self.classes, PREFETCH_TABLES)
+            builder, self.cls, self.defaults, self.classes, PREFETCH_TABLES)
         return group
 
     def int32_counts(self, accepted, drafts):
@@ -341,23 +340,15 @@ class Builder:
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False, *,
               num_accepted_tokens=None, num_decode_draft_tokens_cpu=None, **kwargs):
-        return self.metadata(self._engine.native.build(
-            self._group, common_attn_metadata, num_accepted_tokens, num_decode_draft_tokens_cpu,
-            False))
+        return self._engine.native.build(self._group, common_attn_metadata, num_accepted_tokens,
+                                         num_decode_draft_tokens_cpu, False)
 
     def build_for_cudagraph_capture(self, common_attn_metadata):
-        return self.metadata(self._engine.native.build(
-            self._group, common_attn_metadata, None, None, True))
+        return self._engine.native.build(self._group, common_attn_metadata, None, None, True)
 
     def update_block_table(self, metadata, blk_table, slot_mapping):
-        return self.metadata(self._engine.native.update_block_table(self._group, metadata, blk_table))
+        return self._engine.native.update_block_table(self._group, metadata, blk_table)
 
-    def metadata(self, fields: dict):
-        """vLLM's metadata object of one call's fields: its instance __dict__ (a plain
-        dataclass, check_plain_dataclass)."""
-        md = self._cls.__new__(self._cls)
-        md.__dict__ = fields
-        return md
 
 
 def register_with_vllm(classes) -> list[str]:

@@ -91,16 +91,14 @@ class GDNAttentionMetadataBuilder(Builder, Base):
         if has_int64(num_accepted_tokens, num_decode_draft_tokens_cpu):
             return self._build_int64(common_attn_metadata, num_accepted_tokens,
                                      num_decode_draft_tokens_cpu)
-        return self.metadata(self._engine.native.build(
-            self._group, common_attn_metadata, num_accepted_tokens, num_decode_draft_tokens_cpu,
-            False))
+        return self._engine.native.build(self._group, common_attn_metadata, num_accepted_tokens,
+                                         num_decode_draft_tokens_cpu, False)
 
     def _build_int64(self, common_attn_metadata, num_accepted_tokens, drafts_cpu):
         """build() of int64 counts (vLLM versions that keep them so): built from int32 copies,
         made once per step for every group (the engine's same-step test)."""
         accepted, drafts = self._engine.int32_counts(num_accepted_tokens, drafts_cpu)
-        md = self.metadata(self._engine.native.build(self._group, common_attn_metadata, accepted,
-                                              drafts, False))
+        md = self._engine.native.build(self._group, common_attn_metadata, accepted, drafts, False)
         out = md.num_accepted_tokens
         if (accepted is not num_accepted_tokens and out is not None
                 and not self._staged_spec(md, common_attn_metadata)):
@@ -173,8 +171,14 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
         if PROFILE == "vllm-0.34" and self.vllm_config.cache_config.mamba_cache_mode == "align":
             assert self.mamba_aligned_state_indices is not None, (
                 "Aligned Mamba state indices must be precomputed")
-        return super().build(common_prefix_len, common_attn_metadata, num_accepted_tokens,
-                             num_decode_draft_tokens_cpu)
+        return self._with_context(super().build(common_prefix_len, common_attn_metadata,
+                                                num_accepted_tokens, num_decode_draft_tokens_cpu))
+
+    def build_for_cudagraph_capture(self, common_attn_metadata):
+        return self._with_context(super().build_for_cudagraph_capture(common_attn_metadata))
+
+    def update_block_table(self, metadata, blk_table, slot_mapping):
+        return self._with_context(super().update_block_table(metadata, blk_table, slot_mapping))
 
     def _staged_spec(self, md, m) -> bool:
         """KDA's rule: padded rows (num_reqs) within its FULL-graph buffer; with RecoverSSM
@@ -186,8 +190,8 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
                     and md.num_decodes == 0 and int(m.num_reqs) <= self.decode_cudagraph_max_bs
                     and md.num_spec_decode_tokens <= self.decode_cudagraph_max_bs)
 
-    def metadata(self, fields: dict):
-        md = super().metadata(fields)
+    def _with_context(self, md):
+        """`md` with vLLM's RecoverSSM commit context where it has a commit."""
         if md.recoverssm_commit is not None:
             md.recoverssm_context = self._get_recoverssm_context()
         return md

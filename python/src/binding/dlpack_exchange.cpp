@@ -35,8 +35,8 @@ constexpr uint32_t kDLPackMajor = 1;
 /// version 1 in its chain, with the non-owning export and the stream query; else null
 /// (Python error cleared).
 const DLPackExchangeAPI* find_api(PyTypeObject* type) {
-  PyObject* cap = PyObject_GetAttrString(reinterpret_cast<PyObject*>(type),
-                                         "__dlpack_c_exchange_api__");
+  PyObject* cap =
+      PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__dlpack_c_exchange_api__");
   if (cap == nullptr) {
     PyErr_Clear();
     return nullptr;

@@ -110,6 +110,25 @@ struct CallInputs {
   }
 };
 
+/// An instance of dataclass `cls` whose instance __dict__ is `fields` (vLLM's metadata
+/// classes are plain dataclasses, which linmeta.vllm checks: the same as calling __init__
+/// with them).
+nb::object make_instance(nb::handle cls, nb::handle fields) {
+  static const nb::str new_name = interned("__new__"), dict_name = interned("__dict__");
+  nb::object obj = nb::steal(PyObject_CallMethodOneArg(cls.ptr(), new_name.ptr(), cls.ptr()));
+  if (!obj.is_valid() || PyObject_SetAttr(obj.ptr(), dict_name.ptr(), fields.ptr()) != 0)
+    throw nb::python_error();
+  return obj;
+}
+
+/// The field names of dataclass `cls`.
+nb::list dataclass_fields(nb::handle cls) {
+  nb::list names;
+  for (nb::handle f : nb::borrow<nb::dict>(cls.attr("__dataclass_fields__")).keys())
+    names.append(f);
+  return names;
+}
+
 /// A new dict with the items of `d`.
 nb::dict copy(nb::handle d) {
   PyObject* c = PyDict_Copy(d.ptr());
@@ -123,35 +142,31 @@ constexpr const char* kTableName = "block_table_tensor";
 class Engine {
  public:
   /// builder: a linmeta MetadataBuilder (one group per builder object of the engine);
-  /// fields: the metadata dataclass's field names; defaults: their defaults (every result
-  /// starts from a copy); classes: {field name: dataclass} for the composites vLLM returns as
-  /// dataclasses ("a.b" for one nested in composite a), made with their members as the
-  /// instance's __dict__ (vLLM's are plain dataclasses: linmeta.vllm checks that);
+  /// cls: the metadata dataclass every call returns; defaults: its fields' defaults (every
+  /// result starts from a copy); classes: {field name: dataclass} for the composites vLLM
+  /// returns as dataclasses ("a.b" for one nested in composite a); each made with its
+  /// members as the instance's __dict__ (make_instance);
   /// prefetch_tables: a plan gathers the other groups' state indices from the tables they
   /// used the step before (checked when they are served).
-  Engine(nb::object builder, nb::handle fields, nb::dict defaults, nb::dict classes,
+  Engine(nb::object builder, nb::object cls, nb::dict defaults, nb::dict classes,
          bool prefetch_tables)
       : b_(nb::inst_ptr<PyBuilder>(builder)),
         exporter_(builder, b_->device_id, b_->array_type),
+        cls_(std::move(cls)),
         defaults_(std::move(defaults)),
         classes_(std::move(classes)),
         prefetch_(prefetch_tables) {
     for (int32_t i = 0; i < kAttrs; ++i) names_[i] = interned(kAttrNames[i]);
     const BuilderKind kind = b_->builder.kind();
     nb::set wanted;
-    for (nb::handle f : fields) wanted.add(f);
+    for (nb::handle f : dataclass_fields(cls_)) wanted.add(f);
     for (const OutputSpec& spec : kOutputs) {
       if (!spec.is_output() || spec.nested() || !spec.has(kind)) continue;
       nb::str key = interned(spec.name);  // the dataclass's field names are interned
       if (wanted.contains(key)) keys_.push_back({spec.id, key, spec.name});
     }
     // The fields of each composite dataclass (vLLM's; the seed KDA's has two of six).
-    for (auto [k, cls] : classes_) {
-      nb::list names;
-      for (nb::handle f : nb::borrow<nb::dict>(cls.attr("__dataclass_fields__")).keys())
-        names.append(f);
-      class_fields_[k] = names;
-    }
+    for (auto [k, c] : classes_) class_fields_[k] = dataclass_fields(c);
     const auto G = static_cast<size_t>(b_->builder.num_groups());
     tables_.resize(G);
     served_.assign(G, 1);
@@ -159,8 +174,8 @@ class Engine {
     metas_.resize(G);
   }
 
-  nb::dict build(int32_t group, nb::handle m, nb::handle accepted, nb::handle drafts,
-                 bool capture) {
+  nb::object build(int32_t group, nb::handle m, nb::handle accepted, nb::handle drafts,
+                   bool capture) {
     check_group(group);
     auto in = std::make_unique<CallInputs>(m, accepted, drafts, names_);
     const auto g = static_cast<size_t>(group);
@@ -168,14 +183,15 @@ class Engine {
       served_[g] = 1;
       ++served_count_;
       regather(group, in->attr[kBlockTable], kTableName);
-      return fill(group, copy(defaults_), *in);  // this call's objects, as vLLM returns them
+      // This call's objects, as vLLM returns them.
+      return make_instance(cls_, fill(group, copy(defaults_), *in));
     }
     plan(group, *in, capture);
     last_ = std::move(in);
-    return fill(group, copy(defaults_), *last_);
+    return make_instance(cls_, fill(group, copy(defaults_), *last_));
   }
 
-  nb::dict update_block_table(int32_t group, nb::handle metadata, nb::handle table) {
+  nb::object update_block_table(int32_t group, nb::handle metadata, nb::handle table) {
     check_group(group);
     // The metadata must be an object made from a dict this engine returned in its last step.
     nb::object d = nb::steal(PyObject_GetAttrString(metadata.ptr(), "__dict__"));
@@ -186,7 +202,7 @@ class Engine {
       raise_error("update_block_table takes metadata this engine's builders made in its last step");
     regather(group, table, "blk_table");  // vLLM's argument name
     served_[static_cast<size_t>(group)] = 1;
-    return fill(group, copy(d), *last_);
+    return make_instance(cls_, fill(group, copy(d), *last_));
   }
 
   [[nodiscard]] nb::dict stats() const {
@@ -343,15 +359,12 @@ class Engine {
     nb::dict fields;
     for (nb::handle f : nb::borrow<nb::list>(class_fields_[key]))
       fields[f] = d.contains(f) ? nb::object(d[f]) : nb::none();
-    nb::handle cls = classes_[key];
-    nb::object obj = nb::steal(PyObject_CallMethod(cls.ptr(), "__new__", "O", cls.ptr()));
-    if (!obj.is_valid() || PyObject_SetAttrString(obj.ptr(), "__dict__", fields.ptr()) != 0)
-      throw nb::python_error();
-    return obj;
+    return make_instance(classes_[key], fields);
   }
 
   PyBuilder* b_;
   FieldExporter exporter_;  ///< holds the builder
+  nb::object cls_;
   nb::dict defaults_;
   nb::dict classes_;
   nb::dict class_fields_;  ///< composite name -> its dataclass's field names
@@ -380,7 +393,7 @@ void bind_vllm(nb::module_& m) {
   nb::class_<Engine>(sub, "Engine",
                      "One native builder serving the KV-cache groups of one configuration "
                      "(python/src/vllm/engine.hpp).")
-      .def(nb::init<nb::object, nb::handle, nb::dict, nb::dict, bool>(), "builder"_a, "fields"_a,
+      .def(nb::init<nb::object, nb::object, nb::dict, nb::dict, bool>(), "builder"_a, "cls"_a,
            "defaults"_a, "classes"_a, "prefetch_tables"_a)
       .def("build", &Engine::build, "group"_a, "m"_a, "num_accepted_tokens"_a.none(),
            "num_decode_draft_tokens_cpu"_a.none(), "capture"_a)

@@ -7,8 +7,8 @@
 // build_groups); a later group's call of the same step (the very objects of that call, as
 // vLLM's runner hands them to every group) is served from that plan, re-gathering only its
 // own state indices when its block table is not where the launch read it. Each call returns
-// a new dict of the metadata dataclass's fields (vLLM's names, linmeta/outputs.hpp), which the
-// Python builder turns into vLLM's dataclass.
+// a new instance of vLLM's metadata dataclass (its fields by vLLM's names, linmeta/outputs.hpp,
+// as the instance __dict__), which the Python builder hands back.
 #pragma once
 
 #include <nanobind/nanobind.h>
