@@ -183,12 +183,18 @@ class Engine {
       served_[g] = 1;
       ++served_count_;
       regather(group, in->attr[kBlockTable], kTableName);
-      // This call's objects, as vLLM returns them.
-      return make_instance(cls_, fill(group, copy(defaults_), *in));
+      // The planning call's result with this group's values where they differ; this call's
+      // objects where a field is one, as vLLM returns them.
+      return make_instance(cls_, fill(group, copy(planned_), *in, &planned_meta_));
     }
     plan(group, *in, capture);
     last_ = std::move(in);
-    return make_instance(cls_, fill(group, copy(defaults_), *last_));
+    nb::dict out = fill(group, copy(defaults_), *last_);
+    if (b_->builder.num_groups() > 1) {  // what the other groups' calls start from
+      planned_ = copy(out);
+      planned_meta_ = metas_[g];
+    }
+    return make_instance(cls_, out);
   }
 
   nb::object update_block_table(int32_t group, nb::handle metadata, nb::handle table) {
@@ -324,9 +330,10 @@ class Engine {
     tables_[g] = std::move(t);
   }
 
-  /// Sets every field of `out` from group `group`'s metadata; `in`: the caller's objects to
-  /// hand back where a field is one (views of the planning call's memory).
-  nb::dict fill(int32_t group, nb::dict out, const CallInputs& in) {
+  /// Sets the fields of `out` from group `group`'s metadata: every one, or with `base` (the
+  /// metadata `out`'s values were made from) those whose value differs from base's; `in`: the
+  /// caller's objects to hand back where a field is one (views of the planning call's memory).
+  nb::dict fill(int32_t group, nb::dict out, const CallInputs& in, const Metadata* base = nullptr) {
     const auto g = static_cast<size_t>(group);
     const Metadata& m = metas_[g];
     CallerArrays ca;
@@ -340,12 +347,39 @@ class Engine {
     ca.drafts = in.drafts;
     ca.drafts_data = drafts_;
     for (const Key& k : keys_) {
+      if (base != nullptr && same_value(output_spec(k.id), m, *base)) continue;
       nb::object v = exporter_.value(output_spec(k.id), m, ca);
       if (!v.is_none() && nb::isinstance<nb::dict>(v)) v = instance(k.text, v);
       out[k.name] = v;
     }
     results_[g] = out;
     return out;
+  }
+
+  /// Whether row `spec` has the same Python value in `a` as in `b`, metadata of one step:
+  /// equal counts, flags and optional ints; arrays of the same memory, shape and dtype, unless
+  /// in the memory of the counts a call hands in (each call gets its own objects back; its
+  /// other inputs are the planning call's very objects: CallInputs::same_step). Tables and
+  /// composites are made anew.
+  [[nodiscard]] bool same_value(const OutputSpec& spec, const Metadata& a,
+                                const Metadata& b) const {
+    const FieldRef x = spec.field(const_cast<Metadata&>(a));
+    const FieldRef y = spec.field(const_cast<Metadata&>(b));
+    if (!x || !y) return !x && !y;
+    switch (x.type) {
+      case FieldType::Count:
+        return x.count() == y.count();
+      case FieldType::OptionalInt:
+        return x.optional_int() == y.optional_int();
+      case FieldType::Flag:
+        return x.flag() == y.flag();
+      case FieldType::Array:
+        return x.array() == y.array() &&
+               (x.array().data == nullptr ||
+                (x.array().data != accepted_ && x.array().data != drafts_));
+      default:
+        return false;
+    }
   }
 
   /// Composite `name`'s dict as its dataclass (nested ones first), where one is configured.
@@ -382,6 +416,8 @@ class Engine {
   std::vector<GroupTable> tables_;
   std::vector<char> served_;
   std::vector<nb::object> results_;  ///< each group's last result dict
+  nb::dict planned_;                 ///< a copy of the planning call's result (G > 1)
+  Metadata planned_meta_;            ///< the metadata it was made from
   std::vector<Metadata> metas_;
   int64_t plans_ = 0, served_count_ = 0, regathers_ = 0;
 };
