@@ -72,19 +72,26 @@ nb::object FieldExporter::value(const OutputSpec& spec, const Metadata& m, const
   return nb::none();
 }
 
+const std::vector<FieldExporter::Member>& FieldExporter::members(const OutputSpec& composite) {
+  const auto i = static_cast<size_t>(composite.id);
+  if (!members_made_[i]) {
+    // The rows named "<composite.name>.<leaf>", after the parent in the table.
+    const size_t prefix = std::strlen(composite.name);
+    for (const OutputSpec& row : kOutputs)
+      if (row.is_output() && std::strncmp(row.name, composite.name, prefix) == 0 &&
+          row.name[prefix] == '.' && std::strchr(row.name + prefix + 1, '.') == nullptr)
+        members_[i].push_back({&row, interned(row.name + prefix + 1)});
+    members_made_[i] = true;
+  }
+  return members_[i];
+}
+
 nb::object FieldExporter::composite(const OutputSpec& spec, const Metadata& m,
                                     const CallerArrays& in) {
   const FieldRef r = spec.field(const_cast<Metadata&>(m));
   if (!r || !r.present()) return nb::none();
-  // The members are the rows named "<spec.name>.<leaf>", after the parent in the table.
-  const size_t prefix = std::strlen(spec.name);
   nb::dict d;
-  for (const OutputSpec& row : kOutputs) {
-    if (!row.is_output() || std::strncmp(row.name, spec.name, prefix) != 0 ||
-        row.name[prefix] != '.' || std::strchr(row.name + prefix + 1, '.') != nullptr)
-      continue;
-    d[row.name + prefix + 1] = value(row, m, in);
-  }
+  for (const Member& member : members(spec)) d[member.name] = value(*member.spec, m, in);
   // vLLM's compute_causal_conv1d_metadata returns {BLOCK_M: {...}}.
   if (spec.id == Out::NumsDict) {
     nb::dict outer;

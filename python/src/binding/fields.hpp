@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <unordered_map>
+#include <vector>
 
 #include "arrays.hpp"
 #include "linmeta/outputs.hpp"
@@ -51,6 +52,13 @@ class FieldExporter {
  private:
   nb::object array(const Array& a, bool device, const CallerArrays& in);
 
+  /// A composite's member rows (its direct children in the table) with their names.
+  struct Member {
+    const OutputSpec* spec;
+    nb::str name;  ///< the leaf name, interned
+  };
+  const std::vector<Member>& members(const OutputSpec& composite);
+
   struct Key {
     uintptr_t ptr;
     int64_t rows;
@@ -69,6 +77,8 @@ class FieldExporter {
   int32_t device_id_;
   ArrayType type_;
   std::unordered_map<Key, nb::object, KeyHash> views_;
+  std::array<std::vector<Member>, kNumOutputs> members_;  ///< by composite, made at first use
+  std::array<bool, kNumOutputs> members_made_{};
   size_t made_ = 0;
 };
 

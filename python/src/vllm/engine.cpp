@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "../binding/dlpack_exchange.hpp"
@@ -154,7 +155,6 @@ class Engine {
         exporter_(builder, b_->device_id, b_->array_type),
         cls_(std::move(cls)),
         defaults_(std::move(defaults)),
-        classes_(std::move(classes)),
         prefetch_(prefetch_tables) {
     for (int32_t i = 0; i < kAttrs; ++i) names_[i] = interned(kAttrNames[i]);
     const BuilderKind kind = b_->builder.kind();
@@ -166,7 +166,8 @@ class Engine {
       if (wanted.contains(key)) keys_.push_back({spec.id, key, spec.name});
     }
     // The fields of each composite dataclass (vLLM's; the seed KDA's has two of six).
-    for (auto [k, c] : classes_) class_fields_[k] = dataclass_fields(c);
+    for (auto [k, c] : classes)
+      composites_[nb::cast<std::string>(k)] = {nb::borrow(c), dataclass_fields(c)};
     const auto G = static_cast<size_t>(b_->builder.num_groups());
     tables_.resize(G);
     served_.assign(G, 1);
@@ -384,24 +385,28 @@ class Engine {
 
   /// Composite `name`'s dict as its dataclass (nested ones first), where one is configured.
   nb::object instance(const std::string& name, nb::object members) {
-    nb::str key(name.c_str());
-    if (!classes_.contains(key)) return members;
+    const auto it = composites_.find(name);
+    if (it == composites_.end()) return members;
     nb::dict d = nb::borrow<nb::dict>(members);
     for (auto [k, v] : d)
       if (nb::isinstance<nb::dict>(v))
         d[k] = instance(name + "." + nb::cast<std::string>(k), nb::borrow(v));
     nb::dict fields;
-    for (nb::handle f : nb::borrow<nb::list>(class_fields_[key]))
+    for (nb::handle f : it->second.fields)
       fields[f] = d.contains(f) ? nb::object(d[f]) : nb::none();
-    return make_instance(classes_[key], fields);
+    return make_instance(it->second.cls, fields);
   }
 
   PyBuilder* b_;
   FieldExporter exporter_;  ///< holds the builder
   nb::object cls_;
   nb::dict defaults_;
-  nb::dict classes_;
-  nb::dict class_fields_;  ///< composite name -> its dataclass's field names
+  /// A composite vLLM returns as a dataclass: the class and its field names.
+  struct CompositeClass {
+    nb::object cls;
+    nb::list fields;
+  };
+  std::unordered_map<std::string, CompositeClass> composites_;  ///< by name ("a.b" nested)
   bool prefetch_;
   std::array<nb::str, kAttrs> names_;
   std::vector<Key> keys_;
