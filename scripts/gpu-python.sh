@@ -36,7 +36,7 @@ status=${PIPESTATUS[0]}
 
 for run in 1 2 3; do
   echo "== bench/python/bench_vllm.py --device cuda (run $run of 3)"
-  "$python" bench/python/bench_vllm.py --device cuda --iters "${LINMETA_BENCH_ITERS:-500}" \
+  "$python" bench/python/bench_vllm.py --device cuda --iters "${LINMETA_BENCH_ITERS:-500}" --pin-cpu 2 \
     --json "$out/vllm-bench-$run.json" 2>&1 | tee "$out/vllm-bench-$run.txt" | tail -12
 done
 

@@ -35,7 +35,7 @@ and G = 4; plus the same for KDA and a mixed prefill step. Runs on the CPU (host
 and on a GPU (``--device cuda``: CUDA tensors, the cuda target; the GPU is synchronised
 between timing blocks, never inside one).
 
-    python bench/python/bench_vllm.py [--device cuda] [--iters 2000] [--json out.json]
+    python bench/python/bench_vllm.py [--device cuda] [--iters 2000] [--pin-cpu N] [--json out.json]
 """
 
 from __future__ import annotations
@@ -159,6 +159,7 @@ def reader(names):
 
 
 CLOCK = time.perf_counter_ns
+WARMUP_S = 0.25
 
 
 def timer_overhead():
@@ -171,16 +172,21 @@ def timer_overhead():
 
 
 def timed(fn, iters, repeats, sync, native=None):
-    """The median host time of one call of `fn` (microseconds), over `iters` x `repeats`
-    calls each timed alone (the GPU is synchronised between the `repeats` blocks, never
+    """The median host time of one call of `fn` (microseconds), after a warm-up, over `iters` x
+    `repeats` calls each timed alone (the GPU is synchronised between the `repeats` blocks, never
     inside one): a median of single calls, so a VM's descheduled moments (steal time) and
     other outliers do not move it as they move a block's mean.
 
     With `native` (a function returning the native build's time of the call just made, in
     microseconds): returns (median time, median native, median of the per-call differences);
     each difference pairs a call with its own native build."""
-    for _ in range(max(10, iters // 10)):
+    # Warm-up: at least a tenth of the calls and WARMUP_S seconds (a host's first calls after
+    # idling run at a lower clock: the first workload would pay for it).
+    t_end = time.perf_counter() + WARMUP_S
+    calls = 0
+    while calls < max(10, iters // 10) or time.perf_counter() < t_end:
         fn()
+        calls += 1
     sync()
     overhead = timer_overhead()
     out, natives, diffs = [], [], []
@@ -211,6 +217,8 @@ def main():
         "--workloads", default="gdn-spec-k3,kda-spec-k3,gdn-mixed-k3", help="comma-separated"
     )
     ap.add_argument("--json", help="write the table as JSON")
+    ap.add_argument("--pin-cpu", type=int, help="run on CPU N only (steadier figures: no "
+                    "migration between cores)")
     ap.add_argument(
         "--clock",
         choices=("wall", "cpu"),
@@ -219,6 +227,8 @@ def main():
         "loaded machine; a slower clock to read, meaningless for GPU work)",
     )
     args = ap.parse_args()
+    if args.pin_cpu is not None:
+        os.sched_setaffinity(0, {args.pin_cpu})
     global CLOCK
     CLOCK = time.perf_counter_ns if args.clock == "wall" else time.process_time_ns
 
