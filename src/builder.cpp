@@ -95,8 +95,9 @@ std::span<const Metadata> MetadataBuilder::Impl::build(const Step& step,
                 Rows::All);
   }
   last_upload_bytes_ = static_cast<int64_t>(packed_.arena_words) * 4;
+  const auto t4 = Clock::now();
   auto ns = [](auto d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
-  timing_ = {ns(t1 - t0), ns(t2 - t1), ns(t3 - t2)};
+  timing_ = {ns(t1 - t0), ns(t2 - t1), ns(t3 - t2), ns(t4 - t3)};
   return out_;
 }
 

@@ -41,9 +41,10 @@ struct BuilderOptions {
 
 /// Host-side time of the last build, split by phase (nanoseconds).
 struct BuildTiming {
-  int64_t plan_ns = 0;     ///< validation + classification
-  int64_t pack_ns = 0;     ///< writing the staging arena
-  int64_t enqueue_ns = 0;  ///< copy + launch (cuda) or element work (host)
+  int64_t plan_ns = 0;      ///< validation + classification
+  int64_t pack_ns = 0;      ///< writing the staging arena
+  int64_t enqueue_ns = 0;   ///< copy + launch (cuda) or element work (host)
+  int64_t metadata_ns = 0;  ///< making the returned Metadata (every group's views)
 };
 
 class MetadataBuilder {

@@ -140,7 +140,7 @@ def test_builder_properties():
     assert b.decode_cudagraph_max_bs == 16
     assert b.buffer_bytes > 0
     b.build(**step())
-    assert set(b.last_timing) == {"plan_ns", "pack_ns", "enqueue_ns"}
+    assert set(b.last_timing) == {"plan_ns", "pack_ns", "enqueue_ns", "metadata_ns"}
     assert isinstance(b, linmeta.MetadataBuilder)
 
 

@@ -218,15 +218,6 @@ class _Engine:
         return copies
 
 
-_INT64 = torch.int64
-
-
-def has_int64(accepted, drafts) -> bool:
-    """Whether either count is an int64 torch tensor (the native engine reads int32)."""
-    return ((accepted is not None and getattr(accepted, "dtype", None) is _INT64)
-            or (drafts is not None and getattr(drafts, "dtype", None) is _INT64))
-
-
 def _is_int32(t) -> bool:
     """Whether `t` is read as it is: None, anything but an int64 torch tensor (int32, or an
     input the native import refuses by name)."""
@@ -341,10 +332,11 @@ class Builder:
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False, *,
               num_accepted_tokens=None, num_decode_draft_tokens_cpu=None, **kwargs):
         return self._engine.native.build(self._group, common_attn_metadata, num_accepted_tokens,
-                                         num_decode_draft_tokens_cpu, False)
+                                         num_decode_draft_tokens_cpu, False, False)
 
     def build_for_cudagraph_capture(self, common_attn_metadata):
-        return self._engine.native.build(self._group, common_attn_metadata, None, None, True)
+        return self._engine.native.build(self._group, common_attn_metadata, None, None, True,
+                                         False)
 
     def update_block_table(self, metadata, blk_table, slot_mapping):
         return self._engine.native.update_block_table(self._group, metadata, blk_table)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._common import PROFILE, AttentionCGSupport, Base, Builder, has_int64, vllm_class
+from ._common import PROFILE, AttentionCGSupport, Base, Builder, vllm_class
 from .local import local_class
 
 _GDN = "vllm.v1.attention.backends.gdn_attn"
@@ -88,17 +88,19 @@ class GDNAttentionMetadataBuilder(Builder, Base):
     # vLLM's GDN / KDA build() takes the counts positionally too.
     def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
               num_decode_draft_tokens_cpu=None, fast_build=False):
-        if has_int64(num_accepted_tokens, num_decode_draft_tokens_cpu):
-            return self._build_int64(common_attn_metadata, num_accepted_tokens,
-                                     num_decode_draft_tokens_cpu)
-        return self._engine.native.build(self._group, common_attn_metadata, num_accepted_tokens,
-                                         num_decode_draft_tokens_cpu, False)
+        md = self._engine.native.build(self._group, common_attn_metadata, num_accepted_tokens,
+                                       num_decode_draft_tokens_cpu, False, True)
+        if md is None:  # int64 counts
+            md = self._build_int64(common_attn_metadata, num_accepted_tokens,
+                                   num_decode_draft_tokens_cpu)
+        return md
 
     def _build_int64(self, common_attn_metadata, num_accepted_tokens, drafts_cpu):
         """build() of int64 counts (vLLM versions that keep them so): built from int32 copies,
         made once per step for every group (the engine's same-step test)."""
         accepted, drafts = self._engine.int32_counts(num_accepted_tokens, drafts_cpu)
-        md = self._engine.native.build(self._group, common_attn_metadata, accepted, drafts, False)
+        md = self._engine.native.build(self._group, common_attn_metadata, accepted, drafts, False,
+                                       False)
         out = md.num_accepted_tokens
         if (accepted is not num_accepted_tokens and out is not None
                 and not self._staged_spec(md, common_attn_metadata)):

@@ -22,6 +22,7 @@ inline constexpr int32_t kDLCUDAHost = 3;
 inline constexpr int32_t kDLCUDAManaged = 13;
 
 inline constexpr nb::dlpack::dtype kInt32{static_cast<uint8_t>(nb::dlpack::dtype_code::Int), 32, 1};
+inline constexpr nb::dlpack::dtype kInt64{static_cast<uint8_t>(nb::dlpack::dtype_code::Int), 64, 1};
 inline constexpr nb::dlpack::dtype kBool{static_cast<uint8_t>(nb::dlpack::dtype_code::Bool), 8, 1};
 
 /// How output arrays are handed to Python.

@@ -22,7 +22,7 @@ size_t FieldExporter::KeyHash::operator()(const Key& k) const {
 FieldExporter::FieldExporter(nb::object owner, int32_t device_id, ArrayType type)
     : owner_(std::move(owner)), device_id_(device_id), type_(type) {}
 
-nb::object FieldExporter::array(const Array& a, bool device, const CallerArrays& in) {
+nb::object FieldExporter::array(Out id, const Array& a, bool device, const CallerArrays& in) {
   if (!a.present) return nb::none();
   // The caller's own arrays (seq_lens, query_start_loc, passed-through accepted and draft
   // counts):
@@ -36,13 +36,24 @@ nb::object FieldExporter::array(const Array& a, bool device, const CallerArrays&
     if (a.data == in.drafts_data && in.drafts.is_valid()) return nb::borrow(in.drafts);
   }
   const Key key{reinterpret_cast<uintptr_t>(a.data), a.rows, a.cols, a.ndim, a.dtype, !device};
-  if (auto it = views_.find(key); it != views_.end()) return it->second;
-  if (views_.size() >= kMaxViews) views_.clear();
-  nb::object view = export_array(a.data, a.ndim, a.rows, a.cols, dlpack_dtype(a.dtype),
-                                 device ? kDLCUDA : kDLCPU, device ? device_id_ : 0, owner_, type_);
-  ++made_;
-  views_.emplace(key, view);
-  return view;
+  std::vector<View>& row = recent_[static_cast<size_t>(id)];
+  for (auto v = row.rbegin(); v != row.rend(); ++v)
+    if (v->key == key) return v->view;
+  auto it = views_.find(key);
+  if (it == views_.end()) {
+    if (views_.size() >= kMaxViews) {  // start again, every row's list too
+      views_.clear();
+      for (std::vector<View>& r : recent_) r.clear();
+    }
+    nb::object view =
+        export_array(a.data, a.ndim, a.rows, a.cols, dlpack_dtype(a.dtype),
+                     device ? kDLCUDA : kDLCPU, device ? device_id_ : 0, owner_, type_);
+    ++made_;
+    it = views_.emplace(key, std::move(view)).first;
+  }
+  if (row.size() >= kMaxViewsPerRow) row.clear();
+  row.push_back({key, it->second});
+  return it->second;
 }
 
 nb::object FieldExporter::value(const OutputSpec& spec, const Metadata& m, const CallerArrays& in) {
@@ -60,7 +71,7 @@ nb::object FieldExporter::value(const OutputSpec& spec, const Metadata& m, const
     case FieldType::Array: {
       const Array& a = r.array();
       if (spec.shape != Shape::List)
-        return array(a, m.target == Target::Cuda && !spec.host_memory(), in);
+        return array(spec.id, a, m.target == Target::Cuda && !spec.host_memory(), in);
       if (!a.present) return nb::none();
       nb::list l;  // a new list each time, as vLLM's
       for (int64_t i = 0; i < a.size(); ++i) l.append(nb::int_(a.at(i)));

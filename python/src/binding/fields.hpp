@@ -50,7 +50,7 @@ class FieldExporter {
   [[nodiscard]] size_t views_made() const { return made_; }
 
  private:
-  nb::object array(const Array& a, bool device, const CallerArrays& in);
+  nb::object array(Out id, const Array& a, bool device, const CallerArrays& in);
 
   /// A composite's member rows (its direct children in the table) with their names.
   struct Member {
@@ -71,12 +71,24 @@ class FieldExporter {
   struct KeyHash {
     size_t operator()(const Key& k) const;
   };
+  struct View {
+    Key key;
+    nb::object view;
+  };
   static constexpr size_t kMaxViews = 4096;
+  /// Views remembered per row: one per group, buffer (eager, FULL-graph staged) and row
+  /// count seen lately; past this many the row's list starts again.
+  static constexpr size_t kMaxViewsPerRow = 64;
 
   nb::object owner_;
   int32_t device_id_;
   ArrayType type_;
+  /// Every view by what it shows: one object per memory, shape and dtype (rows that show
+  /// the same memory, as a composite's member and a field, get the same object).
   std::unordered_map<Key, nb::object, KeyHash> views_;
+  /// Each row's views of views_, searched newest first: a step's are among the first few,
+  /// found without hashing.
+  std::array<std::vector<View>, kNumOutputs> recent_;
   std::array<std::vector<Member>, kNumOutputs> members_;  ///< by composite, made at first use
   std::array<bool, kNumOutputs> members_made_{};
   size_t made_ = 0;

@@ -330,6 +330,7 @@ NB_MODULE(_linmeta, m) {
             d["plan_ns"] = t.plan_ns;
             d["pack_ns"] = t.pack_ns;
             d["enqueue_ns"] = t.enqueue_ns;
+            d["metadata_ns"] = t.metadata_ns;
             return d;
           },
           "Host time of the last build by phase (nanoseconds).")

@@ -117,11 +117,10 @@ std::string to_string(nb::handle v, const char* name) {
   return {c, static_cast<size_t>(len)};
 }
 
-BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32_t num_reqs,
-                        const TargetMemory& mem) {
+BlockTable import_table(ImportedArray& a, nb::handle obj, const char* name, int32_t num_reqs,
+                        const TargetMemory& mem, Stream consumer) {
   if (!obj.is_valid() || obj.is_none()) raise_error(std::string(name) + " is required");
-  ImportedArray& a = p.arrays.emplace_back();
-  import_array_into(a, obj, name, p.stream);
+  import_array_into(a, obj, name, consumer);
   require(a, name, {.device = true, .boolean = false, .ndim = 2}, mem);
   if (a.shape[0] < num_reqs)
     raise_error(std::string(name) + " has " + std::to_string(a.shape[0]) +
@@ -133,25 +132,36 @@ BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32
   t.data = static_cast<const int32_t*>(a.data);
   t.width = static_cast<int32_t>(a.shape[1]);
   t.row_stride = a.shape[0] > 1 ? a.strides[0] : std::max<int64_t>(a.strides[0], a.shape[1]);
+  return t;
+}
+
+BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32_t num_reqs,
+                        const TargetMemory& mem) {
+  const BlockTable t = import_table(p.arrays.emplace_back(), obj, name, num_reqs, mem, p.stream);
   p.table_objects.push_back(nb::borrow(obj));
   return t;
 }
 
-void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
+bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a, bool int64_counts) {
   const TargetMemory mem = b.memory();
   p.arrays.reserve(p.arrays.size() + 8);  // this step's arrays: one allocation
   p.stream = mem.target == Target::Cuda ? parse_stream(a.stream) : nullptr;
   if (mem.target == Target::Host) (void)parse_stream(a.stream);  // still type-check it
   Step& s = p.step;
 
-  auto imp = [&](nb::handle obj, const char* name, Requirement req,
-                 bool required) -> ImportedArray* {
+  bool int64_count = false;  // int64_counts and one is
+  auto imp = [&](nb::handle obj, const char* name, Requirement req, bool required,
+                 bool count = false) -> ImportedArray* {
     if (!obj.is_valid() || obj.is_none()) {
       if (required) raise_error(std::string(name) + " is required");
       return nullptr;
     }
     ImportedArray& arr = p.arrays.emplace_back();  // kept alive by `p` (read in place)
     import_array_into(arr, obj, name, p.stream);
+    if (count && int64_counts && arr.dtype == kInt64) {
+      int64_count = true;
+      return nullptr;
+    }
     require(arr, name, req, mem);
     return &arr;
   };
@@ -187,11 +197,12 @@ void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
     check_length(*ip, "is_prefilling", n, exact, "num_reqs");
     s.is_prefilling = {static_cast<const bool*>(ip->data), static_cast<size_t>(n)};
   }
-  if (const ImportedArray* dr =
-          imp(a.num_decode_draft_tokens_cpu, "num_decode_draft_tokens_cpu", host_i32, false)) {
+  if (const ImportedArray* dr = imp(a.num_decode_draft_tokens_cpu, "num_decode_draft_tokens_cpu",
+                                    host_i32, false, true)) {
     check_length(*dr, "num_decode_draft_tokens_cpu", n, exact, "num_reqs");
     s.num_decode_draft_tokens = {static_cast<const int32_t*>(dr->data), static_cast<size_t>(n)};
   }
+  if (int64_count) return false;
 
   // Device (target-memory) arrays. On the host target query_start_loc defaults to the host copy.
   if (a.query_start_loc.is_valid() && !a.query_start_loc.is_none()) {
@@ -207,10 +218,11 @@ void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
   check_length(*sl, "seq_lens", n, exact, "num_reqs");
   s.seq_lens = static_cast<const int32_t*>(sl->data);
   if (const ImportedArray* acc =
-          imp(a.num_accepted_tokens, "num_accepted_tokens", dev_i32, false)) {
+          imp(a.num_accepted_tokens, "num_accepted_tokens", dev_i32, false, true)) {
     check_length(*acc, "num_accepted_tokens", n, exact, "num_reqs");
     s.num_accepted_tokens = static_cast<const int32_t*>(acc->data);
   }
+  return !int64_count;
 }
 
 }  // namespace linmeta::py

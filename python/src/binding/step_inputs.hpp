@@ -72,11 +72,18 @@ bool to_bool(nb::handle v, const char* name);
 /// A Python str as std::string (TypeError naming `name` for anything else).
 std::string to_string(nb::handle v, const char* name);
 
-/// Imports block table `obj` (device memory, 2-D int32, at least num_reqs rows) into `p`.
+/// Imports block table `obj` (device memory, 2-D int32, at least num_reqs rows) into `a`, an
+/// ImportedArray as default-constructed (which then keeps it alive); `consumer` as for
+/// import_array.
+BlockTable import_table(ImportedArray& a, nb::handle obj, const char* name, int32_t num_reqs,
+                        const TargetMemory& mem, Stream consumer);
+/// import_table into `p` (a new entry of its arrays, on its stream).
 BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32_t num_reqs,
                         const TargetMemory& mem);
 
-/// Imports and checks every step input (no copies; nothing is written).
-void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a);
+/// Imports and checks every step input (no copies; nothing is written); true. With
+/// `int64_counts` (a caller that converts them), an int64 num_accepted_tokens or
+/// num_decode_draft_tokens_cpu ends the import instead of its TypeError: false.
+bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a, bool int64_counts = false);
 
 }  // namespace linmeta::py

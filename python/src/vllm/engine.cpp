@@ -111,16 +111,21 @@ struct CallInputs {
   }
 };
 
-/// An instance of dataclass `cls` whose instance __dict__ is `fields` (vLLM's metadata
-/// classes are plain dataclasses, which linmeta.vllm checks: the same as calling __init__
-/// with them).
-nb::object make_instance(nb::handle cls, nb::handle fields) {
-  static const nb::str new_name = interned("__new__"), dict_name = interned("__dict__");
-  nb::object obj = nb::steal(PyObject_CallMethodOneArg(cls.ptr(), new_name.ptr(), cls.ptr()));
-  if (!obj.is_valid() || PyObject_SetAttr(obj.ptr(), dict_name.ptr(), fields.ptr()) != 0)
-    throw nb::python_error();
-  return obj;
-}
+/// A dataclass whose instances the engine makes: the class and its __new__.
+struct Maker {
+  nb::object cls, new_;
+  explicit Maker(nb::object c) : cls(std::move(c)), new_(cls.attr("__new__")) {}
+
+  /// An instance whose instance __dict__ is `fields` (vLLM's metadata classes are plain
+  /// dataclasses, which linmeta.vllm checks: the same as calling __init__ with them).
+  [[nodiscard]] nb::object operator()(nb::handle fields) const {
+    static const nb::str dict_name = interned("__dict__");
+    nb::object obj = nb::steal(PyObject_CallOneArg(new_.ptr(), cls.ptr()));
+    if (!obj.is_valid() || PyObject_SetAttr(obj.ptr(), dict_name.ptr(), fields.ptr()) != 0)
+      throw nb::python_error();
+    return obj;
+  }
+};
 
 /// The field names of dataclass `cls`.
 nb::list dataclass_fields(nb::handle cls) {
@@ -146,20 +151,20 @@ class Engine {
   /// cls: the metadata dataclass every call returns; defaults: its fields' defaults (every
   /// result starts from a copy); classes: {field name: dataclass} for the composites vLLM
   /// returns as dataclasses ("a.b" for one nested in composite a); each made with its
-  /// members as the instance's __dict__ (make_instance);
+  /// members as the instance's __dict__ (Maker);
   /// prefetch_tables: a plan gathers the other groups' state indices from the tables they
   /// used the step before (checked when they are served).
   Engine(nb::object builder, nb::object cls, nb::dict defaults, nb::dict classes,
          bool prefetch_tables)
       : b_(nb::inst_ptr<PyBuilder>(builder)),
         exporter_(builder, b_->device_id, b_->array_type),
-        cls_(std::move(cls)),
+        make_(std::move(cls)),
         defaults_(std::move(defaults)),
         prefetch_(prefetch_tables) {
     for (int32_t i = 0; i < kAttrs; ++i) names_[i] = interned(kAttrNames[i]);
     const BuilderKind kind = b_->builder.kind();
     nb::set wanted;
-    for (nb::handle f : dataclass_fields(cls_)) wanted.add(f);
+    for (nb::handle f : dataclass_fields(make_.cls)) wanted.add(f);
     for (const OutputSpec& spec : kOutputs) {
       if (!spec.is_output() || spec.nested() || !spec.has(kind)) continue;
       nb::str key = interned(spec.name);  // the dataclass's field names are interned
@@ -167,7 +172,8 @@ class Engine {
     }
     // The fields of each composite dataclass (vLLM's; the seed KDA's has two of six).
     for (auto [k, c] : classes)
-      composites_[nb::cast<std::string>(k)] = {nb::borrow(c), dataclass_fields(c)};
+      composites_.emplace(nb::cast<std::string>(k),
+                          CompositeClass{Maker(nb::borrow(c)), dataclass_fields(c)});
     const auto G = static_cast<size_t>(b_->builder.num_groups());
     tables_.resize(G);
     served_.assign(G, 1);
@@ -175,8 +181,11 @@ class Engine {
     metas_.resize(G);
   }
 
+  /// Group `group`'s metadata of the step of CommonAttentionMetadata `m`; with int64_counts,
+  /// None (nothing done) for int64 counts, which the caller converts, instead of their
+  /// TypeError.
   nb::object build(int32_t group, nb::handle m, nb::handle accepted, nb::handle drafts,
-                   bool capture) {
+                   bool capture, bool int64_counts) {
     check_group(group);
     auto in = std::make_unique<CallInputs>(m, accepted, drafts, names_);
     const auto g = static_cast<size_t>(group);
@@ -186,16 +195,16 @@ class Engine {
       regather(group, in->attr[kBlockTable], kTableName);
       // The planning call's result with this group's values where they differ; this call's
       // objects where a field is one, as vLLM returns them.
-      return make_instance(cls_, fill(group, copy(planned_), *in, &planned_meta_));
+      return make_(fill(group, copy(planned_), *in, &planned_meta_));
     }
-    plan(group, *in, capture);
+    if (!plan(group, *in, capture, int64_counts)) return nb::none();
     last_ = std::move(in);
     nb::dict out = fill(group, copy(defaults_), *last_);
     if (b_->builder.num_groups() > 1) {  // what the other groups' calls start from
       planned_ = copy(out);
       planned_meta_ = metas_[g];
     }
-    return make_instance(cls_, out);
+    return make_(out);
   }
 
   nb::object update_block_table(int32_t group, nb::handle metadata, nb::handle table) {
@@ -209,7 +218,7 @@ class Engine {
       raise_error("update_block_table takes metadata this engine's builders made in its last step");
     regather(group, table, "blk_table");  // vLLM's argument name
     served_[static_cast<size_t>(group)] = 1;
-    return make_instance(cls_, fill(group, copy(d), *last_));
+    return make_(fill(group, copy(d), *last_));
   }
 
   [[nodiscard]] nb::dict stats() const {
@@ -269,19 +278,20 @@ class Engine {
   /// Imports a block table for a step of `num_reqs` rows; `consumer`: the stream the work
   /// reading it runs on (a __cuda_array_interface__ producer's stream is ordered before it).
   GroupTable import(nb::handle obj, int32_t num_reqs, const char* name, Stream consumer) const {
-    PreparedStep p;
-    p.stream = consumer;
-    const BlockTable t = import_table(p, obj, name, num_reqs, b_->memory());
-    return {nb::borrow(obj), t, p.arrays.back().shape[0]};
+    ImportedArray a;
+    const BlockTable t = import_table(a, obj, name, num_reqs, b_->memory(), consumer);
+    return {nb::borrow(obj), t, a.shape[0]};
   }
 
   /// Plans the step and builds every group: group `group` from its own table, the others
-  /// from the tables they had the step before (prefetch) or this one.
-  void plan(int32_t group, const CallInputs& in, bool capture) {
+  /// from the tables they had the step before (prefetch) or this one. False (nothing done)
+  /// for int64 counts with int64_counts.
+  bool plan(int32_t group, const CallInputs& in, bool capture, bool int64_counts) {
     PreparedStep p;
     const LaunchStream launch = launch_stream(in.attr[kBlockTable]);
     // The inputs ordered before the launch stream.
-    prepare(p, *b_, in.args(nb::steal(PyLong_FromVoidPtr(launch.stream))));
+    if (!prepare(p, *b_, in.args(nb::steal(PyLong_FromVoidPtr(launch.stream))), int64_counts))
+      return false;
     const int32_t n = p.step.num_reqs;
     const GroupTable own = import(in.attr[kBlockTable], n, kTableName, p.stream);
     require_known(launch, in.attr[kBlockTable], kTableName);
@@ -314,6 +324,7 @@ class Engine {
       served_[h] = static_cast<int32_t>(h) == group ? 1 : 0;
       results_[h] = nb::object();
     }
+    return true;
   }
 
   /// Group `group`'s state indices of the last step from `table`: the plan's own unless the
@@ -394,16 +405,16 @@ class Engine {
     nb::dict fields;
     for (nb::handle f : it->second.fields)
       fields[f] = d.contains(f) ? nb::object(d[f]) : nb::none();
-    return make_instance(it->second.cls, fields);
+    return it->second.make(fields);
   }
 
   PyBuilder* b_;
   FieldExporter exporter_;  ///< holds the builder
-  nb::object cls_;
+  Maker make_;              ///< the metadata dataclass
   nb::dict defaults_;
   /// A composite vLLM returns as a dataclass: the class and its field names.
   struct CompositeClass {
-    nb::object cls;
+    Maker make;
     nb::list fields;
   };
   std::unordered_map<std::string, CompositeClass> composites_;  ///< by name ("a.b" nested)
@@ -437,7 +448,7 @@ void bind_vllm(nb::module_& m) {
       .def(nb::init<nb::object, nb::object, nb::dict, nb::dict, bool>(), "builder"_a, "cls"_a,
            "defaults"_a, "classes"_a, "prefetch_tables"_a)
       .def("build", &Engine::build, "group"_a, "m"_a, "num_accepted_tokens"_a.none(),
-           "num_decode_draft_tokens_cpu"_a.none(), "capture"_a)
+           "num_decode_draft_tokens_cpu"_a.none(), "capture"_a, "int64_counts"_a)
       .def("update_block_table", &Engine::update_block_table, "group"_a, "metadata"_a,
            "table"_a.none())
       .def_prop_ro("stats", &Engine::stats, "Plans, served calls, re-gathers and views made.");
