@@ -134,6 +134,38 @@ def _random_steps(steps, seed):
         f"LINMETA_TEST_SEED={seed}: {counts}")
 
 
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_steps_of_the_same_builders_equal_fresh_builders(kind):
+    """A plan's result starts from the last step's where a field keeps its value: random
+    steps of one configuration through the same builder objects (four KV-cache groups, int32
+    and int64 counts) equal each step built by fresh builders (which the other tests hold to
+    the seed)."""
+    rng = random.Random(RUN_SEED + 3)
+    config = u.random_case(rng, kind)["config"]
+    tokens = 1 << 16  # every step fits (the fresh builders take one more: another engine)
+    groups = 4
+    cls = u.classes(SEEDS, LV, kind)[1]
+    builders = [cls(*o, CPU) for o in u.vllm_objects(RUNNER, config, groups, tokens)]
+    compared = 0
+    for i in range(max(RANDOM_STEPS // 20, 40)):
+        case = u.random_case(rng, kind, max_prefill_len=600, config=config)
+        step = case["step"]
+        tables = (step.get("groups") or [step["block_table"]])[:groups]
+        width = len(tables[0][0])
+        while len(tables) < groups:
+            tables.append([[rng.randint(1, 1 << 20) for _ in range(width)] for _ in tables[0]])
+        step["groups"] = tables
+        dtype = torch.int64 if i % 3 == 2 else torch.int32
+        fresh = u.run_case(SEEDS, RUNNER, LV, case, "cpu", tokens + 1, dtype)[0]
+        ms, (accepted, drafts) = u.group_metadata(RUNNER, case, "cpu", dtype)
+        ours = [u.call(b, case["mode"], m, accepted, drafts) for b, m in zip(builders, ms)]
+        where = f"LINMETA_TEST_SEED={RUN_SEED} step {i} case {json.dumps(case)[:1500]}"
+        for g in range(groups):  # (a KDA builder object's own RecoverSSM context aside)
+            assert u.diff(ours[g], fresh[g], skip=("recoverssm_context",)) == [], (g, where)
+        compared += 1
+    assert builders[0]._engine.native.stats["plans"] == compared
+
+
 def test_seed_error_cases():
     """Valid steps the seed rejects: the RecoverSSM capacity error is a ValueError on both
     sides; where the seed hits its UnboundLocalError, linmeta.vllm answers with every row

@@ -419,12 +419,15 @@ def random_case(
     max_prefill_len=3000,
     profile: str | None = None,
     zero_drafts: float = 0.0,
+    config: dict | None = None,
 ) -> dict:
     """A random valid step as a case dict (tools/common/random_step.hpp's random_step).
     profile "vllm-0.34": that profile's configs and steps (prefills resuming on a block
     boundary, resumed non-prefilling rows); zero_drafts: the probability that every spec
-    row drafts 0 tokens (0 draws nothing: the stream stays as it was)."""
-    c = random_config(rng, kind, profile)
+    row drafts 0 tokens (0 draws nothing: the stream stays as it was); config: a step of this
+    config (a copy, whose max_num_batched_tokens may grow to fit the step) instead of a random
+    one."""
+    c = dict(config) if config is not None else random_config(rng, kind, profile)
     v034 = profile == "vllm-0.34"
     k, D = c["num_spec"], _graph_bs(c)
     capture = c["full_cuda_graph"] and rng.random() < 0.1 and D >= k + 1

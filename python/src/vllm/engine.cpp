@@ -199,11 +199,13 @@ class Engine {
     }
     if (!plan(group, *in, capture, int64_counts)) return nb::none();
     last_ = std::move(in);
-    nb::dict out = fill(group, copy(defaults_), *last_);
-    if (b_->builder.num_groups() > 1) {  // what the other groups' calls start from
-      planned_ = copy(out);
-      planned_meta_ = metas_[g];
-    }
+    // The last plan's result where a field keeps its value (a scheduler's steps repeat most).
+    nb::dict out = planned_valid_ ? fill(group, copy(planned_), *last_, &planned_meta_)
+                                  : fill(group, copy(defaults_), *last_);
+    // What the other groups' calls and the next plan start from.
+    planned_ = copy(out);
+    planned_meta_ = metas_[g];
+    planned_valid_ = true;
     return make_(out);
   }
 
@@ -368,11 +370,11 @@ class Engine {
     return out;
   }
 
-  /// Whether row `spec` has the same Python value in `a` as in `b`, metadata of one step:
-  /// equal counts, flags and optional ints; arrays of the same memory, shape and dtype, unless
-  /// in the memory of the counts a call hands in (each call gets its own objects back; its
-  /// other inputs are the planning call's very objects: CallInputs::same_step). Tables and
-  /// composites are made anew.
+  /// Whether row `spec` has the same Python value in `a` (this call's metadata) as in `b`
+  /// (the last plan's, of this step or the step before): equal counts, flags and optional ints;
+  /// arrays of the same memory, shape and dtype (the same view object: FieldExporter), unless in
+  /// the caller's memory (each call gets its own objects back). Lists (vLLM makes a new one each
+  /// call), tables and composites are made anew.
   [[nodiscard]] bool same_value(const OutputSpec& spec, const Metadata& a,
                                 const Metadata& b) const {
     const FieldRef x = spec.field(const_cast<Metadata&>(a));
@@ -385,10 +387,11 @@ class Engine {
         return x.optional_int() == y.optional_int();
       case FieldType::Flag:
         return x.flag() == y.flag();
-      case FieldType::Array:
-        return x.array() == y.array() &&
-               (x.array().data == nullptr ||
-                (x.array().data != accepted_ && x.array().data != drafts_));
+      case FieldType::Array: {
+        const void* d = x.array().data;
+        return spec.shape != Shape::List && x.array() == y.array() &&
+               (d == nullptr || (d != accepted_ && d != drafts_ && d != seq_lens_ && d != qsl_));
+      }
       default:
         return false;
     }
@@ -432,8 +435,9 @@ class Engine {
   std::vector<GroupTable> tables_;
   std::vector<char> served_;
   std::vector<nb::object> results_;  ///< each group's last result dict
-  nb::dict planned_;                 ///< a copy of the planning call's result (G > 1)
+  nb::dict planned_;                 ///< a copy of the last planning call's result
   Metadata planned_meta_;            ///< the metadata it was made from
+  bool planned_valid_ = false;
   std::vector<Metadata> metas_;
   int64_t plans_ = 0, served_count_ = 0, regathers_ = 0;
 };
