@@ -251,11 +251,16 @@ struct StepArrays {
     return beyond(null_seq_lens ? nullptr : seq_lens.get()) || beyond(accepted.get());
   }
 
-  /// Records the device arrays' memory and that of `tables` in `m`.
+  /// Records the memory of every array of the step and that of `tables` in `m` (host arrays
+  /// too: a builder may hand one back, e.g. PLE ShortConv the draft counts).
   void add_to(CallerMemory& m, const Tables& tables) const {
     m.add(seq_lens.get(), rows * sizeof(int32_t));
     m.add(accepted.get(), rows * sizeof(int32_t));
     m.add(device_qsl.get(), (rows + 1) * sizeof(int32_t));
+    m.add(qsl.data(), qsl.size() * sizeof(int32_t));
+    m.add(seq_ub.data(), seq_ub.size() * sizeof(int32_t));
+    m.add(drafts.data(), drafts.size() * sizeof(int32_t));
+    m.add(prefilling.data(), prefilling.size());
     for (const auto& t : tables) t->add_to(m);
   }
 
