@@ -140,6 +140,9 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
         if PROFILE == "vllm-0.34":
             # vLLM 0.34's KDA builder declares it; its MRV2 runner sets it (see GDN).
             self.mamba_aligned_state_indices = None
+        # vLLM 0.34's build() asserts the runner set them in align mode.
+        self._needs_aligned_indices = (PROFILE == "vllm-0.34"
+                                       and vllm_config.cache_config.mamba_cache_mode == "align")
 
     def metadata_class(self):
         return vllm_class(_KDA, "KimiK3KDAMetadata") or local_class("kda")
@@ -170,11 +173,12 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
 
     def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
               num_decode_draft_tokens_cpu=None, fast_build=False):
-        if PROFILE == "vllm-0.34" and self.vllm_config.cache_config.mamba_cache_mode == "align":
+        if self._needs_aligned_indices:
             assert self.mamba_aligned_state_indices is not None, (
                 "Aligned Mamba state indices must be precomputed")
-        return self._with_context(super().build(common_prefix_len, common_attn_metadata,
-                                                num_accepted_tokens, num_decode_draft_tokens_cpu))
+        return self._with_context(GDNAttentionMetadataBuilder.build(
+            self, common_prefix_len, common_attn_metadata, num_accepted_tokens,
+            num_decode_draft_tokens_cpu))
 
     def build_for_cudagraph_capture(self, common_attn_metadata):
         return self._with_context(super().build_for_cudagraph_capture(common_attn_metadata))
