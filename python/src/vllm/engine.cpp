@@ -200,8 +200,8 @@ class Engine {
     if (!plan(group, *in, capture, int64_counts)) return nb::none();
     last_ = std::move(in);
     // The last plan's result where a field keeps its value (a scheduler's steps repeat most).
-    nb::dict out = planned_valid_ ? fill(group, copy(planned_), *last_, &planned_meta_)
-                                  : fill(group, copy(defaults_), *last_);
+    nb::dict out = fill(group, copy(planned_valid_ ? planned_ : defaults_), *last_,
+                        planned_valid_ ? &planned_meta_ : nullptr);
     // What the other groups' calls and the next plan start from.
     planned_ = copy(out);
     planned_meta_ = metas_[g];
