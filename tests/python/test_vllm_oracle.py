@@ -268,6 +268,37 @@ def test_groups_are_served_from_one_plan():
     assert native.stats["plans"] == 5 and native.stats["served"] == 6
 
 
+def test_a_result_changed_by_its_caller_changes_no_other_result():
+    """Each call's object is its own: fields the caller sets on one group's result (as
+    KDA's RecoverSSM context, or an engine's own bookkeeping) reach neither the other groups'
+    results of the step nor the next step's."""
+    case = case_of(four_groups)
+    ours, ref, err, (builders, refs, ms) = u.run_case(SEEDS, RUNNER, LV, case)
+    assert err is None
+    acc, drafts = u.step_counts(case["step"])
+    for _ in range(2):
+        got = []
+        for b, m in zip(builders, ms):
+            md = b.build(0, m, acc, drafts)
+            got.append(md)
+            md.num_prefills, md.num_decodes = -1, -2
+            md.spec_state_indices_tensor = "changed"
+        for md in got:
+            assert (md.num_prefills, md.num_decodes) == (-1, -2)
+        fresh = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
+        assert compare_groups(case, fresh, ref) == []
+
+
+def test_engine_refuses_a_metadata_class_that_is_no_class():
+    case = case_of(four_groups)
+    _, _, err, (builders, _, _) = u.run_case(SEEDS, RUNNER, LV, case)
+    assert err is None
+    engine = builders[0]._engine
+    for cls in (42, engine.cls.__new__(engine.cls)):
+        with pytest.raises(TypeError, match="must be a class"):
+            LV._common._linmeta.vllm.Engine(engine.builder, cls, engine.defaults, {}, False)
+
+
 def _prefetch_case(seq_len, width, tables=None):
     tables = tables or [
         [[100 * g + 10 * r + c for c in range(width)] for r in range(2)] for g in range(2)

@@ -111,16 +111,27 @@ struct CallInputs {
   }
 };
 
-/// A dataclass whose instances the engine makes: the class and its __new__.
+/// A dataclass whose instances the engine makes: the class and its tp_new slot (the type's
+/// __new__, called as cls.__new__(cls) calls it, without the tuples of that call).
 struct Maker {
-  nb::object cls, new_;
-  explicit Maker(nb::object c) : cls(std::move(c)), new_(cls.attr("__new__")) {}
+  nb::object cls, no_args;
+  newfunc new_;
+  explicit Maker(nb::object c)
+      : cls(std::move(c)), no_args(nb::steal(PyTuple_New(0))), new_(nullptr) {
+    if (!no_args.is_valid()) throw nb::python_error();
+    if (!PyType_Check(cls.ptr()))
+      throw nb::type_error("linmeta.vllm: a metadata class must be a class");
+    new_ = reinterpret_cast<newfunc>(
+        PyType_GetSlot(reinterpret_cast<PyTypeObject*>(cls.ptr()), Py_tp_new));
+    if (new_ == nullptr) throw nb::type_error("linmeta.vllm: the metadata class has no __new__");
+  }
 
   /// An instance whose instance __dict__ is `fields` (vLLM's metadata classes are plain
   /// dataclasses, which linmeta.vllm checks: the same as calling __init__ with them).
   [[nodiscard]] nb::object operator()(nb::handle fields) const {
     static const nb::str dict_name = interned("__dict__");
-    nb::object obj = nb::steal(PyObject_CallOneArg(new_.ptr(), cls.ptr()));
+    nb::object obj =
+        nb::steal(new_(reinterpret_cast<PyTypeObject*>(cls.ptr()), no_args.ptr(), nullptr));
     if (!obj.is_valid() || PyObject_SetAttr(obj.ptr(), dict_name.ptr(), fields.ptr()) != 0)
       throw nb::python_error();
     return obj;
@@ -195,18 +206,20 @@ class Engine {
       regather(group, in->attr[kBlockTable], kTableName);
       // The planning call's result with this group's values where they differ; this call's
       // objects where a field is one, as vLLM returns them.
-      return make_(fill(group, copy(planned_), *in, &planned_meta_));
+      return result(group, planned_valid_ ? fill(group, copy(planned_), *in, &planned_meta_)
+                                          : fill(group, copy(defaults_), *in));
     }
     if (!plan(group, *in, capture, int64_counts)) return nb::none();
     last_ = std::move(in);
-    // The last plan's result where a field keeps its value (a scheduler's steps repeat most).
-    nb::dict out = fill(group, copy(planned_valid_ ? planned_ : defaults_), *last_,
-                        planned_valid_ ? &planned_meta_ : nullptr);
-    // What the other groups' calls and the next plan start from.
-    planned_ = copy(out);
+    // What the other groups' calls and the next plan start from: the last plan's result
+    // where a field keeps its value (a scheduler's steps repeat most), updated in place.
+    const bool from_last = planned_valid_;
+    planned_valid_ = false;  // until filled (an export that raises leaves it part-filled)
+    if (!from_last) planned_ = copy(defaults_);
+    fill(group, planned_, *last_, from_last ? &planned_meta_ : nullptr);
     planned_meta_ = metas_[g];
     planned_valid_ = true;
-    return make_(out);
+    return result(group, copy(planned_));
   }
 
   nb::object update_block_table(int32_t group, nb::handle metadata, nb::handle table) {
@@ -220,7 +233,7 @@ class Engine {
       raise_error("update_block_table takes metadata this engine's builders made in its last step");
     regather(group, table, "blk_table");  // vLLM's argument name
     served_[static_cast<size_t>(group)] = 1;
-    return make_(fill(group, copy(d), *last_));
+    return result(group, fill(group, copy(d), *last_));
   }
 
   [[nodiscard]] nb::dict stats() const {
@@ -344,6 +357,13 @@ class Engine {
     tables_[g] = std::move(t);
   }
 
+  /// Group `group`'s result: the metadata dataclass over `fields` (update_block_table takes
+  /// only objects made so in the engine's last step).
+  nb::object result(int32_t group, nb::dict fields) {
+    results_[static_cast<size_t>(group)] = fields;
+    return make_(fields);
+  }
+
   /// Sets the fields of `out` from group `group`'s metadata: every one, or with `base` (the
   /// metadata `out`'s values were made from) those whose value differs from base's; `in`: the
   /// caller's objects to hand back where a field is one (views of the planning call's memory).
@@ -366,7 +386,6 @@ class Engine {
       if (!v.is_none() && nb::isinstance<nb::dict>(v)) v = instance(k.text, v);
       out[k.name] = v;
     }
-    results_[g] = out;
     return out;
   }
 
@@ -435,8 +454,8 @@ class Engine {
   std::vector<GroupTable> tables_;
   std::vector<char> served_;
   std::vector<nb::object> results_;  ///< each group's last result dict
-  nb::dict planned_;                 ///< a copy of the last planning call's result
-  Metadata planned_meta_;            ///< the metadata it was made from
+  nb::dict planned_;                 ///< the last planning call's result (its fields)
+  Metadata planned_meta_;            ///< the metadata it was made from (when valid)
   bool planned_valid_ = false;
   std::vector<Metadata> metas_;
   int64_t plans_ = 0, served_count_ = 0, regathers_ = 0;
