@@ -153,7 +153,9 @@ class LinearAttentionMetadataBuilder(Builder, Base):
         return dict(self.common_config(), profile="vllm-0.34")
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
-        return super().build(common_prefix_len, common_attn_metadata)
+        # The native call itself (one Python frame less than Builder.build).
+        return self._engine.native.build(self._group, common_attn_metadata, None, None, False,
+                                         False)
 
 
 class BailingLinearAttentionMetadataBuilder(LinearAttentionMetadataBuilder):
@@ -192,5 +194,5 @@ class BailingLinearAttentionMetadataBuilder(LinearAttentionMetadataBuilder):
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False, *,
               num_accepted_tokens=None, num_decode_draft_tokens_cpu=None):
         # vLLM's takes the draft counts and never reads them.
-        return Builder.build(self, common_prefix_len, common_attn_metadata,
-                             num_accepted_tokens=num_accepted_tokens)
+        return self._engine.native.build(self._group, common_attn_metadata, num_accepted_tokens,
+                                         None, False, False)
