@@ -299,6 +299,17 @@ def test_engine_refuses_a_metadata_class_that_is_no_class():
             LV._common._linmeta.vllm.Engine(engine.builder, cls, engine.defaults, {}, False)
 
 
+def test_engine_refuses_a_composite_class_for_no_composite_field():
+    case = case_of(four_groups)
+    _, _, err, (builders, _, _) = u.run_case(SEEDS, RUNNER, LV, case)
+    assert err is None
+    engine = builders[0]._engine
+    for name in ("num_prefills", "no_such_field", "nums_dict"):
+        with pytest.raises(LV._common._linmeta.Error, match=f"'{name}' names no composite"):
+            LV._common._linmeta.vllm.Engine(engine.builder, engine.cls, engine.defaults,
+                                            {name: engine.cls}, False)
+
+
 def _prefetch_case(seq_len, width, tables=None):
     tables = tables or [
         [[100 * g + 10 * r + c for c in range(width)] for r in range(2)] for g in range(2)
@@ -1028,13 +1039,9 @@ def test_plugin_entry_point_is_installed():
     from importlib import metadata
 
     try:
-        metadata.distribution("linmeta")
+        dist = metadata.distribution("linmeta")
     except metadata.PackageNotFoundError:
         pytest.skip("linmeta is not installed as a distribution (in-tree build)")
-    eps = metadata.entry_points()
-    group = (
-        eps.select(group="vllm.general_plugins")
-        if hasattr(eps, "select")
-        else eps.get("vllm.general_plugins", [])
-    )
+    # linmeta's own entry points (vLLM registers plugins of its own in the same group).
+    group = [e for e in dist.entry_points if e.group == "vllm.general_plugins"]
     assert [(e.name, e.value) for e in group] == [("linmeta", "linmeta.vllm_plugin:register")]

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "../binding/dlpack_exchange.hpp"
@@ -179,12 +179,20 @@ class Engine {
     for (const OutputSpec& spec : kOutputs) {
       if (!spec.is_output() || spec.nested() || !spec.has(kind)) continue;
       nb::str key = interned(spec.name);  // the dataclass's field names are interned
-      if (wanted.contains(key)) keys_.push_back({spec.id, key, spec.name});
+      if (wanted.contains(key)) keys_.push_back({spec.id, key});
     }
-    // The fields of each composite dataclass (vLLM's; the seed KDA's has two of six).
-    for (auto [k, c] : classes)
-      composites_.emplace(nb::cast<std::string>(k),
-                          CompositeClass{Maker(nb::borrow(c)), dataclass_fields(c)});
+    // Each composite dataclass and its fields' rows (vLLM's; the seed KDA's has two of six).
+    for (auto [k, c] : classes) {
+      const std::string name = nb::cast<std::string>(k);
+      const OutputSpec* row = find_row(name);
+      if (row == nullptr || !is_composite_row(*row) || row->id == Out::NumsDict)
+        raise_error("classes: '" + name + "' names no composite field");
+      CompositeClass cc{Maker(nb::borrow(c)), {}};
+      for (nb::handle f : dataclass_fields(c))
+        cc.fields.push_back(
+            {nb::borrow<nb::str>(f), find_row(name + "." + nb::cast<std::string>(f))});
+      composites_[static_cast<size_t>(row->id)] = std::make_unique<CompositeClass>(std::move(cc));
+    }
     const auto G = static_cast<size_t>(b_->builder.num_groups());
     tables_.resize(G);
     served_.assign(G, 1);
@@ -249,7 +257,6 @@ class Engine {
   struct Key {
     Out id;
     nb::str name;
-    std::string text;
   };
   /// The table a group's state indices were gathered from in the last step.
   struct GroupTable {
@@ -382,9 +389,7 @@ class Engine {
     ca.drafts_data = drafts_;
     for (const Key& k : keys_) {
       if (base != nullptr && same_value(output_spec(k.id), m, *base)) continue;
-      nb::object v = exporter_.value(output_spec(k.id), m, ca);
-      if (!v.is_none() && nb::isinstance<nb::dict>(v)) v = instance(k.text, v);
-      out[k.name] = v;
+      out[k.name] = value(output_spec(k.id), m, ca);
     }
     return out;
   }
@@ -416,30 +421,43 @@ class Engine {
     }
   }
 
-  /// Composite `name`'s dict as its dataclass (nested ones first), where one is configured.
-  nb::object instance(const std::string& name, nb::object members) {
-    const auto it = composites_.find(name);
-    if (it == composites_.end()) return members;
-    nb::dict d = nb::borrow<nb::dict>(members);
-    for (auto [k, v] : d)
-      if (nb::isinstance<nb::dict>(v))
-        d[k] = instance(name + "." + nb::cast<std::string>(k), nb::borrow(v));
+  /// Row `spec`'s value in `m`: a composite configured as a dataclass made from its
+  /// fields' rows (a field linmeta has no row for is None), any other row as the exporter
+  /// makes it.
+  nb::object value(const OutputSpec& spec, const Metadata& m, const CallerArrays& ca) {
+    const CompositeClass* c = composites_[static_cast<size_t>(spec.id)].get();
+    if (c == nullptr) return exporter_.value(spec, m, ca);
+    const FieldRef r = spec.field(const_cast<Metadata&>(m));
+    if (!r || !r.present()) return nb::none();
     nb::dict fields;
-    for (nb::handle f : it->second.fields)
-      fields[f] = d.contains(f) ? nb::object(d[f]) : nb::none();
-    return it->second.make(fields);
+    for (const auto& [name, row] : c->fields)
+      fields[name] = row != nullptr ? value(*row, m, ca) : nb::none();
+    return c->make(fields);
+  }
+
+  /// The output row named `name` ("a.b" for member b of composite a), or null.
+  static const OutputSpec* find_row(const std::string& name) {
+    for (const OutputSpec& row : kOutputs)
+      if (row.is_output() && name == row.name) return &row;
+    return nullptr;
+  }
+  static bool is_composite_row(const OutputSpec& row) {
+    Metadata probe;
+    const FieldRef r = row.field(probe);
+    return r.type == FieldType::Composite;
   }
 
   PyBuilder* b_;
   FieldExporter exporter_;  ///< holds the builder
   Maker make_;              ///< the metadata dataclass
   nb::dict defaults_;
-  /// A composite vLLM returns as a dataclass: the class and its field names.
+  /// A composite vLLM returns as a dataclass: the class and each field's row (null: none).
   struct CompositeClass {
     Maker make;
-    nb::list fields;
+    std::vector<std::pair<nb::str, const OutputSpec*>> fields;
   };
-  std::unordered_map<std::string, CompositeClass> composites_;  ///< by name ("a.b" nested)
+  /// By the composite's row (nested ones too); null: returned as a dict.
+  std::array<std::unique_ptr<CompositeClass>, kNumOutputs> composites_;
   bool prefetch_;
   std::array<nb::str, kAttrs> names_;
   std::vector<Key> keys_;
