@@ -47,8 +47,9 @@ struct CallInputs {
   std::array<nb::object, kAttrs> attr;
   nb::object accepted, drafts;
 
-  CallInputs(nb::handle m, nb::handle accepted_, nb::handle drafts_,
-             const std::array<nb::str, kAttrs>& names) {
+  /// Reads call's inputs (replacing those held).
+  void read(nb::handle m, nb::handle accepted_, nb::handle drafts_,
+            const std::array<nb::str, kAttrs>& names) {
     for (int32_t i = 0; i < kAttrs; ++i) {
       PyObject* v = PyObject_GetAttr(m.ptr(), names[i].ptr());
       if (v == nullptr) {
@@ -206,25 +207,28 @@ class Engine {
   nb::object build(int32_t group, nb::handle m, nb::handle accepted, nb::handle drafts,
                    bool capture, bool int64_counts) {
     check_group(group);
-    auto in = std::make_unique<CallInputs>(m, accepted, drafts, names_);
+    // This call's inputs in the slot the planning call's are not in.
+    const int32_t slot = last_ == 0 ? 1 : 0;
+    CallInputs& in = calls_[static_cast<size_t>(slot)];
+    in.read(m, accepted, drafts, names_);
     const auto g = static_cast<size_t>(group);
-    if (last_ && !served_[g] && capture == capture_ && in->same_step(*last_)) {
+    if (last_ >= 0 && !served_[g] && capture == capture_ && in.same_step(last())) {
       served_[g] = 1;
       ++served_count_;
-      regather(group, in->attr[kBlockTable], kTableName);
+      regather(group, in.attr[kBlockTable], kTableName);
       // The planning call's result with this group's values where they differ; this call's
       // objects where a field is one, as vLLM returns them.
-      return result(group, planned_valid_ ? fill(group, copy(planned_), *in, &planned_meta_)
-                                          : fill(group, copy(defaults_), *in));
+      return result(group, planned_valid_ ? fill(group, copy(planned_), in, &planned_meta_)
+                                          : fill(group, copy(defaults_), in));
     }
-    if (!plan(group, *in, capture, int64_counts)) return nb::none();
-    last_ = std::move(in);
+    if (!plan(group, in, capture, int64_counts)) return nb::none();
+    last_ = slot;
     // What the other groups' calls and the next plan start from: the last plan's result
     // where a field keeps its value (a scheduler's steps repeat most), updated in place.
     const bool from_last = planned_valid_;
     planned_valid_ = false;  // until filled (an export that raises leaves it part-filled)
     if (!from_last) planned_ = copy(defaults_);
-    fill(group, planned_, *last_, from_last ? &planned_meta_ : nullptr);
+    fill(group, planned_, last(), from_last ? &planned_meta_ : nullptr);
     planned_meta_ = metas_[g];
     planned_valid_ = true;
     return result(group, copy(planned_));
@@ -241,7 +245,7 @@ class Engine {
       raise_error("update_block_table takes metadata this engine's builders made in its last step");
     regather(group, table, "blk_table");  // vLLM's argument name
     served_[static_cast<size_t>(group)] = 1;
-    return result(group, fill(group, copy(d), *last_));
+    return result(group, fill(group, copy(d), last()));
   }
 
   [[nodiscard]] nb::dict stats() const {
@@ -309,7 +313,8 @@ class Engine {
   /// from the tables they had the step before (prefetch) or this one. False (nothing done)
   /// for int64 counts with int64_counts.
   bool plan(int32_t group, const CallInputs& in, bool capture, bool int64_counts) {
-    PreparedStep p;
+    PreparedStep& p = prepared_;
+    p.reset();  // its vectors' memory stays
     const LaunchStream launch = launch_stream(in.attr[kBlockTable]);
     // The inputs ordered before the launch stream.
     if (!prepare(p, *b_, in.args(nb::steal(PyLong_FromVoidPtr(launch.stream))), int64_counts))
@@ -318,7 +323,8 @@ class Engine {
     const GroupTable own = import(in.attr[kBlockTable], n, kTableName, p.stream);
     require_known(launch, in.attr[kBlockTable], kTableName);
     const auto G = static_cast<size_t>(b_->builder.num_groups());
-    std::vector<GroupTable> use(G, own);
+    std::vector<GroupTable>& use = use_;
+    use.assign(G, own);
     for (size_t h = 0; h < G; ++h) {
       const GroupTable& prev = tables_[h];
       // A table as tall and as wide as this step's own (the gathers it needs) only.
@@ -346,6 +352,7 @@ class Engine {
       served_[h] = static_cast<int32_t>(h) == group ? 1 : 0;
       results_[h] = nb::object();
     }
+    p.reset();  // the caller's arrays are held by the call's inputs from here
     return true;
   }
 
@@ -462,7 +469,12 @@ class Engine {
   std::array<nb::str, kAttrs> names_;
   std::vector<Key> keys_;
 
-  std::unique_ptr<CallInputs> last_;  ///< the planning call's inputs
+  /// The planning call's inputs (calls_[last_]; -1: none yet) and a later call's.
+  std::array<CallInputs, 2> calls_;
+  int32_t last_ = -1;
+  [[nodiscard]] const CallInputs& last() const { return calls_[static_cast<size_t>(last_)]; }
+  PreparedStep prepared_;        ///< a plan's imports (emptied after it)
+  std::vector<GroupTable> use_;  ///< a plan's tables
   bool capture_ = false;
   const int32_t* seq_lens_ = nullptr;  ///< the planning call's caller arrays
   const int32_t* accepted_ = nullptr;
