@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string_view>
 
 #include "linmeta/array.hpp"
 #include "linmeta/metadata.hpp"
@@ -350,6 +351,13 @@ static_assert(sizeof(kOutputs) / sizeof(kOutputs[0]) == kNumOutputs);
 
 [[nodiscard]] constexpr const OutputSpec& output_spec(Out id) {
   return kOutputs[static_cast<int32_t>(id)];
+}
+
+/// The output row named `name` (vLLM's name, "a.b" for member b of composite a), or null.
+[[nodiscard]] inline const OutputSpec* find_output(std::string_view name) {
+  for (const OutputSpec& row : kOutputs)
+    if (row.is_output() && name == row.name) return &row;
+  return nullptr;
 }
 
 /// Calls f(const OutputSpec&, FieldRef) for every output field of builder kind `kind`

@@ -20,8 +20,7 @@ nb::object as_namespace(const OutputSpec& spec, nb::object value) {
     nb::object item = nb::borrow(v);
     if (nb::isinstance<nb::dict>(item)) {
       const std::string child = std::string(spec.name) + "." + nb::cast<std::string>(k);
-      for (const OutputSpec& row : kOutputs)
-        if (row.is_output() && child == row.name) item = as_namespace(row, item);
+      if (const OutputSpec* row = find_output(child)) item = as_namespace(*row, item);
     }
     out[k] = item;
   }

@@ -185,13 +185,13 @@ class Engine {
     // Each composite dataclass and its fields' rows (vLLM's; the seed KDA's has two of six).
     for (auto [k, c] : classes) {
       const std::string name = nb::cast<std::string>(k);
-      const OutputSpec* row = find_row(name);
+      const OutputSpec* row = find_output(name);
       if (row == nullptr || !is_composite_row(*row) || row->id == Out::NumsDict)
         raise_error("classes: '" + name + "' names no composite field");
       CompositeClass cc{Maker(nb::borrow(c)), {}};
       for (nb::handle f : dataclass_fields(c))
         cc.fields.push_back(
-            {nb::borrow<nb::str>(f), find_row(name + "." + nb::cast<std::string>(f))});
+            {nb::borrow<nb::str>(f), find_output(name + "." + nb::cast<std::string>(f))});
       composites_[static_cast<size_t>(row->id)] = std::make_unique<CompositeClass>(std::move(cc));
     }
     const auto G = static_cast<size_t>(b_->builder.num_groups());
@@ -442,12 +442,6 @@ class Engine {
     return c->make(fields);
   }
 
-  /// The output row named `name` ("a.b" for member b of composite a), or null.
-  static const OutputSpec* find_row(const std::string& name) {
-    for (const OutputSpec& row : kOutputs)
-      if (row.is_output() && name == row.name) return &row;
-    return nullptr;
-  }
   static bool is_composite_row(const OutputSpec& row) {
     Metadata probe;
     const FieldRef r = row.field(probe);
