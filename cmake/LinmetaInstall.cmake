@@ -3,6 +3,8 @@
 include(CMakePackageConfigHelpers)
 install(TARGETS linmeta EXPORT linmetaTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY include/linmeta DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/include/linmeta/version.hpp
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/linmeta)
 install(EXPORT linmetaTargets NAMESPACE linmeta:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/linmeta)
 configure_package_config_file(cmake/linmetaConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/linmetaConfig.cmake

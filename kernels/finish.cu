@@ -101,22 +101,20 @@ int32_t launch_smallest_tier(const LaunchHeader& h, const int32_t* arena, int32_
 
 int32_t max_inline_arena_words() { return kInlineTiers[kNumTiers - 1]; }
 
-void check_pdl_supported(int device) {
-  int major = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (major < 9) return;  // no early launch before sm_90: the attribute changes nothing
+cudaFuncAttributes finish_kernel_attributes() {
   cudaFuncAttributes attr{};
   const cudaError_t err = cudaFuncGetAttributes(&attr, finish_kernel);
   if (err != cudaSuccess)
     throw Error(std::string("linmeta: cudaFuncGetAttributes(finish kernel) failed: ") +
                 cudaGetErrorString(err));
-  if (attr.ptxVersion < 90)
-    throw Error(
-        "linmeta: options.programmatic_dependent_launch needs the finish kernel compiled for "
-        "sm_90 or newer (this build runs compute_" +
-        std::to_string(attr.ptxVersion) +
-        " code, which cannot wait on the grid dependency): build with "
-        "CMAKE_CUDA_ARCHITECTURES=90 (the default)");
+  return attr;
+}
+
+bool programmatic_launch_waits(int device) {
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  // No early launch before sm_90; on sm_90+ the code that runs must have the wait.
+  return major >= 9 && finish_kernel_attributes().ptxVersion >= 90;
 }
 
 int32_t launch_finish_inline(const LaunchHeader& h, const int32_t* arena, int32_t words, bool pdl,

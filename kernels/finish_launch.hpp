@@ -10,10 +10,18 @@ namespace linmeta::detail {
 /// Largest step arena (int32 words) that travels inside the kernel parameters.
 int32_t max_inline_arena_words();
 
-/// Throws linmeta::Error when PDL cannot be honoured on `device`: an sm_90+ GPU running a
-/// finish kernel compiled for an older architecture (JIT from older PTX), whose code has no
-/// griddepcontrol.wait and would read inputs before the producer finished.
-void check_pdl_supported(int device);
+/// The finish kernel's attributes on the current device: ptxVersion is the virtual
+/// architecture of the code that runs (80 where the driver JIT-compiled the compute_80 PTX),
+/// binaryVersion the machine code's.
+cudaFuncAttributes finish_kernel_attributes();
+
+/// Whether a programmatic dependent launch of the finish kernel on `device` both may start
+/// early and waits for its producer: an sm_90+ GPU running code compiled for sm_90+, which
+/// executes griddepcontrol.wait. Not so on a GPU before sm_90 (no early launch there), nor on
+/// an sm_90+ GPU running the compute_80 PTX that the driver JIT-compiled (a GPU this build has
+/// no machine code for, or CUDA_FORCE_PTX_JIT=1): that code has no wait. Where it is false,
+/// the cuda executor launches without the PDL attribute: plain stream order, same results.
+bool programmatic_launch_waits(int device);
 
 /// One launch whose parameters carry the header and the arena itself (words <=
 /// max_inline_arena_words()): no copy, nothing for the host to keep alive after the

@@ -3,9 +3,18 @@
 # build directory that may have been built on another machine and copied here
 # (absolute paths differ, so ctest is not used: the binaries run directly).
 #
-#   scripts/gpu-check.sh [BUILD_DIR]        (default: build/release)
+#   scripts/gpu-check.sh [--force-ptx-jit] [BUILD_DIR]        (default: build/release)
+#
+# --force-ptx-jit (or LINMETA_FORCE_PTX_JIT=1) runs every stage with CUDA_FORCE_PTX_JIT=1: the
+# driver ignores the machine code and JIT-compiles the oldest PTX (compute_80 by default), so a
+# Hopper or Blackwell card runs the code an A100 would (no griddepcontrol.wait: PDL builders
+# launch in plain stream order); the test KernelImageGpu checks that this code is what runs.
+# Logs and summary lines then carry "jit-".
 #
 # Stages, one summary line each; exit status 1 if any stage fails:
+#   cuda-archs      scripts/cuda-archs.sh on BUILD/liblinmeta.a and the wheels of build/dist:
+#                   cuobjdump lists every default architecture (skipped, with a note, where no
+#                   cuobjdump is installed: it needs no GPU, run it on the build machine)
 #   gpu-tests       BUILD/tests/linmeta_gpu_tests (all GPU tests, full random run)
 #   soak            the random cuda-vs-host test with LINMETA_SOAK_STEPS steps per builder
 #                   kind (default 20000: 1.6e5 steps over the eight kinds; G 1-48, capture and
@@ -30,6 +39,17 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
+jit=${LINMETA_FORCE_PTX_JIT:-0}
+if [[ ${1:-} == --force-ptx-jit ]]; then
+  jit=1
+  shift
+fi
+prefix=
+if [[ $jit == 1 ]]; then
+  export CUDA_FORCE_PTX_JIT=1
+  prefix=jit-
+  echo "gpu-check: CUDA_FORCE_PTX_JIT=1 (every kernel JIT-compiled from its PTX)"
+fi
 build=${1:-build/release}
 tests_bin=$build/tests/linmeta_gpu_tests
 replay_bin=$build/tools/linmeta-replay
@@ -52,12 +72,12 @@ if [[ -z $sanitizer ]]; then
 fi
 
 failed=0
-summary=$logdir/gpu-check-summary.txt
+summary=$logdir/gpu-check-${prefix}summary.txt
 : >"$summary"
 
 # stage NAME KIND COMMAND...   KIND: gtest (checks gtest's verdict and skips) or plain.
 stage() {
-  local name=$1 kind=$2
+  local name=$prefix$1 kind=$2
   shift 2
   local log=$logdir/gpu-check-$name.log
   local t0 t1 rc verdict detail
@@ -66,7 +86,7 @@ stage() {
   rc=$?
   t1=$(date +%s.%N)
   verdict=PASS
-  detail=$(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test|ERROR SUMMARY|[0-9]+ passed, [0-9]+ failed' "$log" |
+  detail=$(grep -E '^cuda-archs: |^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test|ERROR SUMMARY|[0-9]+ passed, [0-9]+ failed' "$log" |
     tr '\n' ' ' | sed 's/  */ /g; s/ $//')
   ((rc == 0)) || verdict=FAIL
   if [[ $kind == gtest ]]; then
@@ -86,9 +106,18 @@ stage() {
 }
 
 missing() {
-  echo "FAIL $1  ($2)" | tee -a "$summary"
+  echo "FAIL $prefix$1  ($2)" | tee -a "$summary"
   failed=1
 }
+
+if [[ -n ${CUOBJDUMP:-} ]] || command -v cuobjdump >/dev/null || [[ -x /usr/local/cuda/bin/cuobjdump ]]; then
+  shopt -s nullglob
+  stage cuda-archs plain scripts/cuda-archs.sh "$build/liblinmeta.a" build/dist/linmeta-*.whl
+  shopt -u nullglob
+else
+  echo "NOTE cuda-archs: no cuobjdump here (set CUOBJDUMP); scripts/cuda-archs.sh needs no GPU" |
+    tee -a "$summary"
+fi
 
 if [[ ! -x $tests_bin ]]; then
   missing gpu-tests "$tests_bin not found: build the target linmeta_gpu_tests"

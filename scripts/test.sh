@@ -2,7 +2,8 @@
 # The whole test suite (what CI runs via .ci/run): dependencies, release build (host and GPU
 # tests; GPU tests skip without a device), host tests under ASan + UBSan, the fuzz target for
 # 3 minutes, the concurrency tests under TSan, the replay tool over the case files, the example
-# consumer projects, the docs check and the Python package tests.
+# consumer projects, the Python package (its binary wheel installed without nvcc, tested) and
+# the docs check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -19,6 +20,8 @@ echo "== release build + tests"
 cmake --preset release
 cmake --build --preset release
 ctest --preset release
+echo "== CUDA code in the library (cuobjdump: every default architecture, docs/building.md)"
+scripts/cuda-archs.sh build/release/liblinmeta.a
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer (host tests)"
 cmake --preset asan
@@ -42,10 +45,9 @@ done
 echo "== example consumer projects (find_package, add_subdirectory, FetchContent)"
 scripts/examples.sh build/release
 
+# Before the docs check: README's install snippet reuses the wheel this stage builds.
+echo "== Python package: the binary wheel, installed in a venv with no nvcc on PATH, its tests"
+scripts/python-test.sh
+
 echo "== docs check (every runnable snippet of README.md and docs/*.md)"
 scripts/docs-check.sh
-
-if [[ -f pyproject.toml && -d tests/python ]]; then
-  echo "== Python package"
-  scripts/python-test.sh
-fi

@@ -26,10 +26,10 @@ class CudaExecutor final : public Executor {
         pdl_(o.programmatic_dependent_launch) {
     if (o.staging_slots < 1) throw Error("linmeta: options.staging_slots must be at least 1");
     if (o.capture_slots < 0) throw Error("linmeta: options.capture_slots must be >= 0");
-    if (pdl_) {
+    if (pdl_) {  // PDL only where the kernel waits (else plain stream order)
       int device = 0;
       cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-      check_pdl_supported(device);
+      pdl_ = programmatic_launch_waits(device);
     }
     // Staging exists only when some step can outgrow the kernel parameters.
     if (arena_words > max_inline_arena_words())

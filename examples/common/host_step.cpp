@@ -42,6 +42,6 @@ int main() {
   const int32_t expected[] = {100, 101, 102, 107, 108, 109, 114, 115, 116};
   bool ok = md.num_spec_decodes == 3 && s.size() == 9;
   for (int i = 0; ok && i < 9; ++i) ok = slots[i] == expected[i];
-  std::printf("%s\n", ok ? "host step: ok" : "host step: WRONG");
+  std::printf("%s (linmeta %s)\n", ok ? "host step: ok" : "host step: WRONG", LINMETA_VERSION);
   return ok ? 0 : 1;
 }

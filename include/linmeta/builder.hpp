@@ -35,7 +35,9 @@ struct BuilderOptions {
   /// Programmatic Dependent Launch (cuda target, sm_90+): the finish kernel may be
   /// scheduled while the preceding kernel of the stream still runs, and waits for it
   /// (griddepcontrol.wait) before reading device inputs or writing any buffer. Hides
-  /// launch latency behind the producer of seq_lens / accepted counts.
+  /// launch latency behind the producer of seq_lens / accepted counts. Where the running
+  /// kernel cannot wait (a GPU before sm_90, or compute_80 PTX JIT-compiled on a newer one)
+  /// the finish kernel is launched in plain stream order instead: the same results.
   bool programmatic_dependent_launch = false;
 };
 

@@ -8,3 +8,4 @@
 #include "linmeta/names.hpp"
 #include "linmeta/outputs.hpp"
 #include "linmeta/step.hpp"
+#include "linmeta/version.hpp"

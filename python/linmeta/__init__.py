@@ -31,7 +31,7 @@ from ._linmeta import (
     cuda_available,
 )
 
-__version__ = "0.1.0"
+from ._version import __version__  # generated from CMakeLists.txt's project version
 
 
 def _kind_class(kind: str, name: str):
