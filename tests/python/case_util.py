@@ -10,7 +10,7 @@ import linmeta
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data")
 # Every case file of tests/data with expected outputs, and the files of failing steps.
-CASE_FILES = ("public", "vllm034", "vllm034_mamba_public", "vllm034_mamba")
+CASE_FILES = ("public", "vllm034_public", "vllm034", "vllm034_mamba_public", "vllm034_mamba")
 ERROR_FILES = ("seed_errors", "vllm034_mamba_public_errors")
 
 

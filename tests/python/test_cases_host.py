@@ -28,7 +28,7 @@ def to_numpy(a):
 
 
 def test_case_files_loaded():
-    assert len(CASES) >= 111 + 257 + 128 + 86
+    assert len(CASES) >= 111 + 60 + 257 + 128 + 86
     assert sum("groups" in c["step"] for c in CASES) >= 1
     assert {c["builder"] for c in CASES} == set(linmeta.BUILDER_KINDS)
 
