@@ -15,7 +15,8 @@
 #
 # Needs nvcc, CMake, ninja, nanobind and pytest for that python3, and fmt's CMake package
 # (-Dfmt_DIR through LINMETA_CMAKE_ARGS when it is not installed). The seed oracle for the
-# adapter tests and the bench's seed column: ../shared/oracle, or LINMETA_ORACLE_DIR.
+# adapter tests and the bench's seed column: LINMETA_ORACLE_DIR, default ../shared/oracle
+# (without it those tests skip and the seed column is left out, each saying so).
 # Output: OUT (default: a temporary folder) gets pytest.txt, vllm-bench-{1,2,3}.txt / .json
 # (GDN / KDA against the seed builders, three runs: the docs quote their medians) and
 # vllm-mamba-bench.txt / .json (the Mamba-family classes against the native builds; needs

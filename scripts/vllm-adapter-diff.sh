@@ -16,8 +16,8 @@
 #    the repository; run scripts/vllm-diff.sh once to create it);
 # 2. builds and installs the linmeta package into it (build dir build/python-vllm: later runs
 #    recompile only what changed);
-# 3. runs tests/vllm/adapter_diff.py: for GDN / KDA ../shared/cases/vllm034_public.jsonl when
-#    present; for the Mamba family ../shared/cases/vllm034_mamba_public{,_errors}.jsonl,
+# 3. runs tests/vllm/adapter_diff.py: for GDN / KDA tests/data/vllm034_public.jsonl; for the
+#    Mamba family tests/data/vllm034_mamba_public{,_errors}.jsonl,
 #    tests/data/vllm034_mamba.jsonl and tests/vllm/mamba_steps.py --edges; then N random
 #    steps per builder (default 2000; --seed default 1; the Mamba family's from
 #    tests/vllm/mamba_steps.py, step i = line i of `mamba_steps.py --builder B --count N

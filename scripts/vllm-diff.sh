@@ -16,7 +16,8 @@
 # 1. creates the venv if absent ($LINMETA_VLLM_VENV, default ../venv-vllm beside the
 #    repository): vllm==0.34.0 with --no-deps, then its Requires-Dist minus
 #    flashinfer-python (pinned to a version the registry lacks; never imported on CPU);
-# 2. checks the harness on ../shared/cases/vllm034_public.jsonl when present;
+# 2. checks the harness on the public cases of tests/data (vllm034_public.jsonl; for the
+#    Mamba family vllm034_mamba_public{,_errors}.jsonl): it must reproduce them;
 # 3. builds linmeta-stepgen and linmeta-replay;
 # 4. per builder, N random steps (default 10000) of the step generator, in chunks of C:
 #    the wheel fills "expected", linmeta-replay compares every field. Prints (and with
@@ -73,16 +74,14 @@ for builder in $BUILDERS; do
   fi
 done
 
-if [ "$any_gdn" = 1 ] && [ -f ../shared/cases/vllm034_public.jsonl ]; then
-  echo "== harness vs ../shared/cases/vllm034_public.jsonl"
-  harness check "$ROOT/../shared/cases/vllm034_public.jsonl"
+if [ "$any_gdn" = 1 ]; then
+  echo "== harness vs tests/data/vllm034_public.jsonl"
+  harness check "$ROOT/tests/data/vllm034_public.jsonl"
 fi
 if [ "$any_mamba" = 1 ]; then
   for f in vllm034_mamba_public.jsonl vllm034_mamba_public_errors.jsonl; do
-    if [ -f "../shared/cases/$f" ]; then
-      echo "== harness vs ../shared/cases/$f"
-      harness check "$ROOT/../shared/cases/$f"
-    fi
+    echo "== harness vs tests/data/$f"
+    harness check "$ROOT/tests/data/$f"
   done
   if [ -z "$KEEP" ]; then KEEP=build/vllm-diff-filled; fi
 fi

@@ -125,6 +125,36 @@ std::vector<int32_t> table(const json& v, const std::string& path, int32_t rows,
   return flat;
 }
 
+/// Throws CaseError naming the first key of `obj` (the object at `path`, "" for the case
+/// itself) that is not in `known`: a misspelt key would otherwise leave its field at the
+/// default and the case would check linmeta against a step the file did not describe.
+void only_known_keys(const json& obj, const std::string& path,
+                     const std::vector<std::string_view>& known) {
+  if (!obj.is_object()) return;  // member() names the wrong type
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    if (std::find(known.begin(), known.end(), it.key()) != known.end()) continue;
+    std::string list;
+    for (const auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+    bad(path, "unknown key " + shown(json(it.key())) + " (" + (path.empty() ? "a case" : path) +
+                  " has " + list + "; docs/case-format.md)");
+  }
+}
+
+/// The keys of a case, of its step and of its error (docs/case-format.md); the config's are
+/// those of the configuration's field table (config_keys()).
+const std::vector<std::string_view> kCaseKeys = {
+    "name", "builder", "mode", "config", "step", "expected", "expected_groups", "error", "comment"};
+const std::vector<std::string_view> kStepKeys = {"query_start_loc",
+                                                 "seq_lens",
+                                                 "seq_lens_cpu_upper_bound",
+                                                 "is_prefilling",
+                                                 "num_actual_tokens",
+                                                 "block_table",
+                                                 "groups",
+                                                 "num_decode_draft_tokens_cpu",
+                                                 "num_accepted_tokens"};
+const std::vector<std::string_view> kErrorKeys = {"type", "message", "where", "line"};
+
 template <class E, size_t N>
 E named(const std::array<std::pair<E, std::string_view>, N>& table, const json& obj,
         const std::string& path, const char* key) {
@@ -271,6 +301,26 @@ bool required_config_key(const std::string& k) {
          k == "num_speculative_blocks";
 }
 
+/// Configuration fields that are no case-file keys: the token capacity comes from the step,
+/// chunk metadata from the builder.
+bool derived_config_field(std::string_view k) {
+  return k == "max_num_batched_tokens" || k == "chunk_metadata";
+}
+
+/// The keys a case's config may have: every field of the configuration's table but the
+/// derived ones.
+const std::vector<std::string_view>& config_keys() {
+  static const std::vector<std::string_view> keys = [] {
+    std::vector<std::string_view> out;
+    const Config c;
+    for_each_config_field(c, [&](const char* key, const auto&) {
+      if (!derived_config_field(key)) out.emplace_back(key);
+    });
+    return out;
+  }();
+  return keys;
+}
+
 void read_config_value(const json& v, const std::string& path, int32_t& out) {
   out = to_int(v, path);
 }
@@ -307,9 +357,10 @@ Config parse_config(const json& cf, BuilderKind kind) {
   c.chunk_metadata = kind == BuilderKind::Gdn;
   c.prefill_backend = kind == BuilderKind::Kda ? PrefillBackend::FlashKda : PrefillBackend::Triton;
   if (!cf.is_object()) bad("config", "expected an object, got " + shown(cf));
+  only_known_keys(cf, "config", config_keys());
   for_each_config_field(c, [&](const char* key, auto&& member) {
     const std::string k = key;
-    if (k == "max_num_batched_tokens" || k == "chunk_metadata") return;
+    if (derived_config_field(k)) return;
     const std::string path = "config." + k;
     if (!cf.contains(k)) {
       if (required_config_key(k)) bad(path, "missing");
@@ -408,6 +459,7 @@ std::vector<json> read_jsonl(const std::string& path) {
 Case parse_case(const json& j) {
   Case c;
   c.name = to_string(member(j, "", "name"), "name");
+  only_known_keys(j, "", kCaseKeys);
   c.kind = named(names::kBuilderKinds, j, "", "builder");
   const std::string mode = j.contains("mode") ? to_string(j.at("mode"), "mode") : "build";
   if (mode != "build" && mode != "capture")
@@ -417,6 +469,7 @@ Case parse_case(const json& j) {
   c.config = parse_config(member(j, "", "config"), c.kind);
   const json& s = member(j, "", "step");
   const std::string S = "step";
+  only_known_keys(s, S, kStepKeys);
   c.seq_lens = int_list(member(s, S, "seq_lens"), "step.seq_lens");
   if (c.seq_lens.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max()))
     bad("step.seq_lens", std::to_string(c.seq_lens.size()) + " entries, more than int32 allows");
@@ -454,15 +507,23 @@ Case parse_case(const json& j) {
             "width " + std::to_string(w) + ", group 0 has " + std::to_string(c.width));
       c.width = w;
     }
+    // Optional beside the groups; when there, it is group 0's table.
+    if (s.contains("block_table") && s.at("block_table") != groups.at(0))
+      bad("step.block_table", "differs from step.groups[0]");
   } else {
     c.tables.push_back(table(member(s, S, "block_table"), "step.block_table", c.num_reqs, c.width));
   }
 
   const bool has_expected = j.contains("expected"), has_error = j.contains("error");
   if (has_expected && has_error) bad("", "has both 'expected' and 'error'");
+  if (j.contains("expected_groups") && !(has_expected && c.multi_group))
+    bad("expected_groups", "only with step.groups and 'expected'");
   if (!has_expected && !has_error) return c;  // a step alone (linmeta-stepgen): run, not check
   if (has_error) {
     const json& e = j.at("error");
+    only_known_keys(e, "error", kErrorKeys);
+    for (const char* info : {"where", "line"})  // the raise site: for the reader, not compared
+      if (e.is_object() && e.contains(info)) (void)to_string(e.at(info), field_path("error", info));
     c.error = ReferenceError{
         to_string(member(e, "error", "type"), "error.type"),
         e.contains("message") ? to_string(e.at("message"), "error.message") : std::string()};
@@ -480,6 +541,7 @@ Case parse_case(const json& j) {
         bad(at_index("expected_groups", g), "expected an object, got " + shown(eg[g]));
       c.expected_groups.push_back(eg[g]);
     }
+    if (eg.at(0) != c.expected) bad("expected", "differs from expected_groups[0]");
   } else {
     c.expected_groups.push_back(c.expected);
   }
@@ -492,7 +554,7 @@ json config_json(const Config& c) {
     const std::string k = key;
     // Not in case files: the token capacity comes from the step, chunk metadata from the
     // builder; the profile's options only with the profile, Mamba2's chunk size with Mamba2.
-    if (k == "max_num_batched_tokens" || k == "chunk_metadata") return;
+    if (derived_config_field(k)) return;
     if (c.profile == Profile::Seed && (k == "profile" || k == "prefill_backend")) return;
     if (k == "chunk_size" && c.chunk_size == 0) return;
     // Absent: the builder's default grid (null would be vLLM's None: no checkpoints).
@@ -632,7 +694,7 @@ std::vector<Mismatch> compare(const json& expected, const json& got) {
   }
   // Fields the case does not record are None there (vllm-0.34 files record new fields only
   // when set); the seed format records the conv1d arrays as `conv1d`, no dtypes, and not the
-  // host copy of the spec mask (../shared/cases/README.md).
+  // host copy of the spec mask (docs/case-format.md).
   for (auto it = got.begin(); it != got.end(); ++it) {
     const bool conv = it.key() == "nums_dict" || it.key() == "batch_ptr" ||
                       it.key() == "token_chunk_offset_ptr" || it.key() == "spec_sequence_masks_cpu";

@@ -1,4 +1,4 @@
-// Case files (SPEC §10, docs/replay.md): JSON steps in, metadata JSON out. Shared by the
+// Case files (docs/case-format.md, docs/replay.md): JSON steps in, metadata JSON out. Shared by the
 // tests, linmeta-replay and linmeta-bench --cases. A case file is untrusted input: every
 // field is checked (type, range, length) before anything is read through a pointer.
 #pragma once
@@ -73,7 +73,8 @@ std::vector<Line> read_lines(const std::string& path);
 /// Every line as JSON; throws CaseError "PATH:LINE: ..." at the first malformed line.
 std::vector<json> read_jsonl(const std::string& path);
 
-/// Checks and converts one case; throws CaseError naming the field.
+/// Checks and converts one case; throws CaseError naming the field, or the key that the case,
+/// its config, step or error has but the format does not (docs/case-format.md).
 Case parse_case(const json& j);
 /// The case-file "config" object of a configuration (parse_case's inverse; case files
 /// carry no max_num_batched_tokens, and chunk_metadata follows the builder).

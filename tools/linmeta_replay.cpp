@@ -1,4 +1,4 @@
-// linmeta-replay: runs case files (SPEC §10, docs/replay.md) through the public API.
+// linmeta-replay: runs case files (docs/case-format.md, docs/replay.md) through the public API.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>

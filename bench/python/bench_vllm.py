@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """What a vLLM step's GDN / KDA metadata costs from Python: linmeta.vllm's drop-in builders
 against the native build they wrap and against the seed builder (vLLM's Python builder, run
-through ../shared/oracle's stand-in ``vllm`` with its tensors on the same device).
+through the seed oracle's stand-in ``vllm`` with its tensors on the same device; the oracle is
+$LINMETA_ORACLE_DIR, by default ../shared/oracle beside the repository). Without the oracle the
+``seed`` columns are left out (a line says so) and linmeta.vllm runs on stand-in config objects.
 
 Columns, per scheduler step (all G KV-cache groups), host time in microseconds, each the
 median over single timed steps (timer overhead subtracted; see ``timed``), less the bench's
@@ -59,6 +61,13 @@ ORACLE = os.environ.get(
 
 
 def load():
+    """(seeds, runner, linmeta.vllm); seeds and runner are None without the seed oracle."""
+    if not os.path.isfile(os.path.join(ORACLE, "seedload.py")):
+        print(f"seed column left out: the seed oracle is not at {ORACLE} (LINMETA_ORACLE_DIR "
+              "names another place)")
+        import linmeta.vllm as lv
+
+        return None, None, lv
     sys.path.insert(0, ORACLE)
     import runner  # noqa: E402
     import seedload  # noqa: E402
@@ -126,12 +135,38 @@ def workload(name, g, device, rng):
     return kind, config, step
 
 
+def standin_inputs(config, step, tables, device):
+    """make_inputs' objects without the oracle: what linmeta.vllm reads of them
+    (bench_vllm_builders.py's stand-ins, plus KDA's RecoverSSM switch). The groups share every
+    step tensor but the block table, as vLLM's runner hands them."""
+    import types
+
+    import bench_vllm_builders as bvb
+
+    base = bvb.common_metadata(dict(step, block_table=tables[0]), device, with_vllm=False)
+    ms = [base] + [
+        types.SimpleNamespace(**dict(vars(base), block_table_tensor=torch.tensor(
+            t, dtype=torch.int32, device=device))) for t in tables[1:]
+    ]
+    objs = []
+    for g in range(len(tables)):
+        spec, vc = bvb.standin_objects(config, 8192)
+        vc.cache_config.use_kda_recoverssm = bool(config["use_recoverssm"])
+        objs.append((spec, [f"model.layers.{g}.linear_attn"], vc))
+    return ms, objs
+
+
 def make_inputs(runner, kind, config, step, groups, device, rng):
     i32 = dict(dtype=torch.int32)
     tables = [step["block_table"]] + [
         rng.integers(1, 1 << 20, size=(len(step["seq_lens"]), len(step["block_table"][0]))).tolist()
         for _ in range(groups - 1)
     ]
+    accepted = torch.tensor(step["num_accepted_tokens"], device=device, **i32)
+    drafts = torch.tensor(step["num_decode_draft_tokens_cpu"], **i32)
+    if runner is None:
+        ms, objs = standin_inputs(config, step, tables, device)
+        return ms, accepted, drafts, objs
     base = runner.make_common_metadata(step, tables[0])
     base = base.replace(
         query_start_loc=base.query_start_loc.to(device),
@@ -142,8 +177,6 @@ def make_inputs(runner, kind, config, step, groups, device, rng):
     ms = [base] + [
         base.replace(block_table_tensor=torch.tensor(t, device=device, **i32)) for t in tables[1:]
     ]
-    accepted = torch.tensor(step["num_accepted_tokens"], device=device, **i32)
-    drafts = torch.tensor(step["num_decode_draft_tokens_cpu"], **i32)
     objs = []
     for g in range(groups):
         names = [f"model.layers.{g}.linear_attn"]
@@ -254,12 +287,9 @@ def main():
                 rng = np.random.default_rng(1)
                 kind, config, step = workload(wl, groups, device, rng)
                 ms, accepted, drafts, objs = make_inputs(runner, kind, config, step, groups, device, rng)
-                seed_cls = {"gdn": seeds.gdn.GDNAttentionMetadataBuilder,
-                            "kda": seeds.kda.KimiK3KDAMetadataBuilder}[kind]
                 our_cls = {"gdn": lv.GDNAttentionMetadataBuilder,
                            "kda": lv.KimiK3KDAMetadataBuilder}[kind]
                 lv._common.PREFETCH_TABLES = prefetch  # read when the engine is made
-                seed_b = [seed_cls(s, n, vc, device) for s, n, vc in objs]
                 ours_b = [our_cls(s, n, vc, device) for s, n, vc in objs]
                 names = [f.name for f in __import__("dataclasses").fields(ours_b[0]._cls)]
 
@@ -273,18 +303,23 @@ def main():
                     for b, m in zip(builders, ms):
                         pass
 
-                # Equal outputs first (a bench of wrong answers is worthless).
-                runner.clear_step_cache(seeds)
-                for b, m in zip(seed_b, ms):
-                    ref = b.build(0, m, accepted, drafts)
-                    got = ours_b[seed_b.index(b)].build(0, m, accepted, drafts)
-                    for n in names:
-                        r, o = getattr(ref, n), getattr(got, n)
-                        if isinstance(r, torch.Tensor):
-                            assert o.dtype == r.dtype and torch.equal(o.cpu(), r.cpu()), n
-                runner.clear_step_cache(seeds)
                 t_loop = timed(lambda: run_loop(ours_b), args.iters, args.repeats, sync)
-                t_seed = timed(lambda: run(seed_b), seed_iters, args.repeats, sync) - t_loop
+                t_seed = None
+                if seeds is not None:
+                    seed_cls = {"gdn": seeds.gdn.GDNAttentionMetadataBuilder,
+                                "kda": seeds.kda.KimiK3KDAMetadataBuilder}[kind]
+                    seed_b = [seed_cls(s, n, vc, device) for s, n, vc in objs]
+                    # Equal outputs first (a bench of wrong answers is worthless).
+                    runner.clear_step_cache(seeds)
+                    for b, m, ours in zip(seed_b, ms, ours_b):
+                        ref = b.build(0, m, accepted, drafts)
+                        got = ours.build(0, m, accepted, drafts)
+                        for n in names:
+                            r, o = getattr(ref, n), getattr(got, n)
+                            if isinstance(r, torch.Tensor):
+                                assert o.dtype == r.dtype and torch.equal(o.cpu(), r.cpu()), n
+                    runner.clear_step_cache(seeds)
+                    t_seed = timed(lambda: run(seed_b), seed_iters, args.repeats, sync) - t_loop
                 eng = ours_b[0]._engine
 
                 def native_us():
@@ -328,9 +363,11 @@ def main():
                            engine_us=t_session, read_us=t_read, loop_us=t_loop,
                            device=str(device), torch=torch.__version__)
                 rows.append(row)
-                print(f"{wl:<14} {groups:>2} {str(prefetch):>8} {t_seed:9.1f} {t_adapter:9.1f} "
+                seed = ("-", "-") if t_seed is None else (f"{t_seed:.1f}",
+                                                          f"{t_seed / t_adapter:.1f}x")
+                print(f"{wl:<14} {groups:>2} {str(prefetch):>8} {seed[0]:>9} {t_adapter:9.1f} "
                       f"{t_native:8.1f} {t_api:8.1f} {t_over:15.1f} "
-                      f"{t_seed / t_adapter:11.1f}x {t_session:8.1f} {t_read:6.1f} {t_loop:5.2f}")
+                      f"{seed[1]:>12} {t_session:8.1f} {t_read:6.1f} {t_loop:5.2f}")
     lv._common.PREFETCH_TABLES = prefetch_default
     if args.json:
         with open(args.json, "w") as f:

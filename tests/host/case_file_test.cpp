@@ -241,5 +241,104 @@ TEST(HostileCaseFile, ErrorMessagesAreValidUtf8) {
   }
 }
 
+// --- Strict keys (docs/case-format.md): a key the reader does not know is an error naming it.
+
+/// The CaseError message of parse_case(j), "" when it parses.
+std::string case_error(const json& j) {
+  try {
+    (void)cases::parse_case(j);
+    return {};
+  } catch (const cases::CaseError& e) {
+    return e.what();
+  }
+}
+
+TEST(StrictCaseFile, UnknownKeysAreErrorsNamingThem) {
+  const json base = public_cases().at(0);
+  struct Edit {
+    json::json_pointer at;
+    std::string message;  ///< the start of the error
+  };
+  for (const Edit& e : {
+           Edit{json::json_pointer("/notes"), R"(unknown key "notes" (a case has name, )"},
+           Edit{json::json_pointer("/config/checkpoint_alignment"),
+                R"(config: unknown key "checkpoint_alignment" (config has num_spec, )"},
+           Edit{json::json_pointer("/config/max_num_batched_tokens"),
+                R"(config: unknown key "max_num_batched_tokens")"},
+           Edit{json::json_pointer("/config/chunk_metadata"),
+                R"(config: unknown key "chunk_metadata")"},
+           Edit{json::json_pointer("/step/seq_len"),
+                R"(step: unknown key "seq_len" (step has query_start_loc, )"},
+       }) {
+    json j = base;
+    j[e.at] = 1;
+    EXPECT_TRUE(case_error(j).starts_with(e.message)) << e.at << ": " << case_error(j);
+  }
+  json err = base;
+  err.erase("expected");
+  err["error"] = {{"type", "ValueError"}, {"message", "m"}, {"raised_at", "x"}};
+  EXPECT_TRUE(case_error(err).starts_with(R"(error: unknown key "raised_at" (error has type, )"))
+      << case_error(err);
+  err["error"].erase("raised_at");
+  err["error"]["where"] = "builder.py:12 in build";
+  err["error"]["line"] = "raise ValueError(m)";
+  EXPECT_EQ(case_error(err), "");
+  err["error"]["line"] = 12;
+  EXPECT_EQ(case_error(err), "error.line: expected a string, got 12");
+}
+
+TEST(StrictCaseFile, EveryConfigFieldButTheDerivedOnesIsAKey) {
+  const json base = public_cases().at(0);
+  const Config config;
+  for_each_config_field(config, [&](const char* key, const auto&) {
+    const std::string k = key;
+    if (k == "max_num_batched_tokens" || k == "chunk_metadata") return;
+    json j = base;
+    if (!j["config"].contains(k)) j["config"][k] = nullptr;  // null reads as the default here
+    const std::string e = case_error(j);
+    EXPECT_EQ(e.find("unknown key"), std::string::npos) << k << ": " << e;
+  });
+}
+
+TEST(StrictCaseFile, CommentTakesAnyValue) {
+  for (const json& v : {json("why"), json{{"a", {1, 2}}}, json(nullptr)}) {
+    json j = public_cases().at(0);
+    j["comment"] = v;
+    EXPECT_EQ(case_error(j), "") << v.dump();
+  }
+}
+
+TEST(StrictCaseFile, GroupKeysMustAgree) {
+  const json multi = multi_group_cases().at(0);
+  ASSERT_NE(multi["step"]["groups"][0], multi["step"]["groups"][1]);
+  json j = multi;
+  j["step"]["block_table"] = j["step"]["groups"][1];
+  EXPECT_EQ(case_error(j), "step.block_table: differs from step.groups[0]");
+  j = multi;
+  j["step"].erase("block_table");  // optional beside the groups
+  EXPECT_EQ(case_error(j), "");
+  j = multi;
+  j["expected"] = j["expected_groups"][1];
+  EXPECT_EQ(case_error(j), "expected: differs from expected_groups[0]");
+  j = public_cases().at(0);
+  j["expected_groups"] = json::array({j["expected"]});
+  EXPECT_EQ(case_error(j), "expected_groups: only with step.groups and 'expected'");
+}
+
+/// Every case file of tests/data uses only keys the reader knows (the replay tests check
+/// their outcomes; this names a stray key directly).
+TEST(StrictCaseFile, EveryDataFileParses) {
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(testing::data_path(""))) {
+    if (entry.path().extension() != ".jsonl") continue;
+    ++files;
+    for (const auto& line : cases::read_lines(entry.path().string())) {
+      ASSERT_TRUE(line.error.empty()) << entry.path() << ":" << line.number << ": " << line.error;
+      EXPECT_EQ(case_error(line.value), "") << entry.path() << ":" << line.number;
+    }
+  }
+  EXPECT_GE(files, 6U);
+}
+
 }  // namespace
 }  // namespace linmeta

@@ -1,7 +1,8 @@
-"""Case files (SPEC §10, ../shared/cases/README.md) in Python: the mapping of a JSON case onto a
+"""Case files (docs/case-format.md) in Python: the mapping of a JSON case onto a
 linmeta build and the comparison rules of tools/case_file.cpp, written against the Python API
 (the output table linmeta.OUTPUT_FIELDS decides which fields a kind records)."""
 
+import functools
 import json
 import os
 
@@ -10,13 +11,46 @@ import linmeta
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data")
 # Every case file of tests/data with expected outputs, and the files of failing steps.
-CASE_FILES = ("public", "vllm034", "vllm034_mamba_public", "vllm034_mamba")
+CASE_FILES = ("public", "vllm034_public", "vllm034", "vllm034_mamba_public", "vllm034_mamba")
 ERROR_FILES = ("seed_errors", "vllm034_mamba_public_errors")
 
 
+# The keys of a case, its step and its error (docs/case-format.md; tools/case_file.cpp reads the
+# same). The config's are the builder's keyword arguments but the two the reader derives.
+CASE_KEYS = {"name", "builder", "mode", "config", "step", "expected", "expected_groups", "error",
+             "comment"}
+STEP_KEYS = {"query_start_loc", "seq_lens", "seq_lens_cpu_upper_bound", "is_prefilling",
+             "num_actual_tokens", "block_table", "groups", "num_decode_draft_tokens_cpu",
+             "num_accepted_tokens"}
+ERROR_KEYS = {"type", "message", "where", "line"}
+DERIVED_CONFIG_KEYS = {"max_num_batched_tokens", "chunk_metadata"}
+
+
+@functools.lru_cache(maxsize=None)
+def config_keys():
+    return frozenset(linmeta.MetadataBuilder("gdn").config) - DERIVED_CONFIG_KEYS
+
+
+def check_keys(case, where):
+    """Raises ValueError naming the first key of the case, its config, step or error that the
+    format does not define; `where` is "FILE:LINE"."""
+    for part, known in (("", CASE_KEYS), ("config", config_keys()), ("step", STEP_KEYS),
+                        ("error", ERROR_KEYS)):
+        obj = case.get(part) if part else case
+        for key in obj if isinstance(obj, dict) else ():
+            if key not in known:
+                raise ValueError(f"{where}: {part + ': ' if part else ''}unknown key {key!r}")
+
+
 def load_cases(name="public"):
-    with open(os.path.join(DATA, name + ".jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    path = os.path.join(DATA, name + ".jsonl")
+    out = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                out.append(json.loads(line))
+                check_keys(out[-1], f"{path}:{number}")
+    return out
 
 
 def all_cases(names=CASE_FILES):

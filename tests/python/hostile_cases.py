@@ -15,7 +15,7 @@ Entry points: GdnMetadataBuilder / KdaMetadataBuilder .build, .build_for_cudagra
 .build_groups, .build_groups_for_cudagraph_capture, .update_block_table and the
 constructors' keyword arguments; linmeta.vllm's GDN, KDA and KDA+RecoverSSM builders' build,
 build_for_cudagraph_capture and update_block_table through the stand-in vLLM of
-../shared/oracle (skipped when it is not there). Inputs: torch meta / sparse / strided /
+the seed oracle (vllm_oracle_util.ORACLE_DIR; skipped when it is not there). Inputs: torch meta / sparse / strided /
 expanded / 0-d / 2-D tensors and wrong dtypes, the same as numpy arrays (also big-endian,
 structured, object, datetime, unaligned), Python objects that are no arrays, objects with odd
 __array_interface__ / __cuda_array_interface__ dicts (every key missing or of a wrong type,
@@ -788,14 +788,20 @@ def constructor_cases():
 # ------------------------------------------------------------------------------ linmeta.vllm
 
 
-def vllm_available():
+def vllm_missing():
+    """Why linmeta.vllm's entry points cannot be fed here (they run through the seed oracle's
+    stand-in vLLM), None when they can."""
     if torch is None:
-        return False
+        return "needs torch"
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     import vllm_oracle_util as u
 
-    return u.oracle_available()
+    return None if u.oracle_available() else u.ORACLE_MISSING
+
+
+def vllm_available():
+    return vllm_missing() is None
 
 
 _VLLM = {}

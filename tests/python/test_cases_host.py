@@ -1,6 +1,8 @@
 """Every case of tests/data through the Python API on the host target, numpy in, DLPack and
 numpy out: the mapping and comparison rules of linmeta-replay (case_util.py)."""
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -28,9 +30,25 @@ def to_numpy(a):
 
 
 def test_case_files_loaded():
-    assert len(CASES) >= 111 + 257 + 128 + 86
+    assert len(CASES) >= 111 + 60 + 257 + 128 + 86
     assert sum("groups" in c["step"] for c in CASES) >= 1
     assert {c["builder"] for c in CASES} == set(linmeta.BUILDER_KINDS)
+
+
+@pytest.mark.parametrize("part, key", [("", "notes"), ("config", "checkpoint_alignment"),
+                                       ("config", "max_num_batched_tokens"), ("step", "seq_len"),
+                                       ("error", "raised_at")])
+def test_unknown_case_key_is_an_error(part, key):
+    case = copy.deepcopy(CASES[0])
+    case["error"] = {"type": "ValueError"}
+    (case[part] if part else case)[key] = 1
+    where = part + ": " if part else ""
+    with pytest.raises(ValueError, match=f"^f.jsonl:7: {where}unknown key '{key}'$"):
+        cu.check_keys(case, "f.jsonl:7")
+
+
+def test_comment_is_a_case_key():
+    cu.check_keys(dict(CASES[0], comment={"any": ["value"]}), "f.jsonl:1")
 
 
 @pytest.mark.parametrize("case", CASES, ids=cu.case_id)

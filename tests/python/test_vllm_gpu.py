@@ -17,7 +17,7 @@ import vllm_oracle_util as u  # noqa: E402
 if not (torch.cuda.is_available() and linmeta.cuda_available()):
     pytest.skip("needs torch with a CUDA device", allow_module_level=True)
 if not u.oracle_available():
-    pytest.skip(f"the seed oracle is not at {u.ORACLE_DIR}", allow_module_level=True)
+    pytest.skip(u.ORACLE_MISSING, allow_module_level=True)
 
 pytestmark = pytest.mark.gpu
 

@@ -1,8 +1,7 @@
 """linmeta.vllm's Mamba-family drop-ins (Mamba2, Mamba1, ShortConv and PLE, linear attention,
 Bailing) on CPU
 without vLLM, against the real vLLM 0.34 wheel's outputs recorded in tests/data
-(vllm034_mamba_public.jsonl, vllm034_mamba.jsonl and the error files: ../shared/cases/README.md,
-"The vLLM 0.34 Mamba family").
+(vllm034_mamba_public.jsonl, vllm034_mamba.jsonl and the error files: docs/case-format.md).
 
 The builders are made from stand-in vllm_config / kv_cache_spec objects carrying what vLLM's
 builders (and linmeta.vllm's) read, and called as vLLM 0.34's model runner V2 calls them

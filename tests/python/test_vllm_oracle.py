@@ -1,5 +1,5 @@
-"""linmeta.vllm's GDN and KDA builders against the seed builders run live (CPU tensors,
-../shared/oracle).
+"""linmeta.vllm's GDN and KDA builders against the seed builders run live (CPU tensors, the seed
+oracle: vllm_oracle_util.ORACLE_DIR; the module is skipped, saying so, when it is not there).
 
 Every public case and random steps (a seeded generator with tools/common/random_step.hpp's
 distribution; the seed is fixed, printed on failure, and LINMETA_TEST_SEED overrides it;
@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 import vllm_oracle_util as u  # noqa: E402
 
 if not u.oracle_available():
-    pytest.skip(f"the seed oracle is not at {u.ORACLE_DIR}", allow_module_level=True)
+    pytest.skip(u.ORACLE_MISSING, allow_module_level=True)
 
 SEEDS, RUNNER, LV = u.load()
 CASES = u.load_cases()
@@ -170,8 +170,6 @@ def test_seed_error_cases():
     """Valid steps the seed rejects: the RecoverSSM capacity error is a ValueError on both
     sides; where the seed hits its UnboundLocalError, linmeta.vllm answers with every row
     non-spec (SPEC §8)."""
-    if not os.path.isfile(u.SEED_ERRORS):
-        pytest.skip("no seed_errors.jsonl beside the oracle")
     answered = rejected = 0
     for case in u.load_cases(u.SEED_ERRORS):
         etype = case["error"]["type"]

@@ -1,7 +1,8 @@
 """Differential testing of linmeta.vllm against the seed builders, run live.
 
-The seed builders (../shared/seeds) run through ../shared/oracle: a stand-in ``vllm``
-package plus a loader. Loading them puts that stand-in first on sys.path; linmeta.vllm is
+The seed builders run through the seed oracle (ORACLE_DIR: $LINMETA_ORACLE_DIR, by default
+../shared/oracle beside the repository; the tests that need it skip with ORACLE_MISSING when
+it is not there): a stand-in ``vllm`` package plus a loader. Loading them puts that stand-in first on sys.path; linmeta.vllm is
 then (re)imported over it, so that it subclasses the stand-in's AttentionMetadataBuilder and
 returns the seed modules' own dataclasses, as it would return vLLM's in an engine.
 
@@ -27,8 +28,10 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 ORACLE_DIR = os.environ.get(
     "LINMETA_ORACLE_DIR", os.path.normpath(os.path.join(REPO, "..", "shared", "oracle"))
 )
+ORACLE_MISSING = (f"the seed oracle is not at {ORACLE_DIR} (LINMETA_ORACLE_DIR names another "
+                  "place): these tests compare against the seed builders it runs")
 PUBLIC_CASES = os.path.join(REPO, "tests", "data", "public.jsonl")
-SEED_ERRORS = os.path.normpath(os.path.join(ORACLE_DIR, "..", "cases", "seed_errors.jsonl"))
+SEED_ERRORS = os.path.join(REPO, "tests", "data", "seed_errors.jsonl")
 
 #: The random tests' seed unless LINMETA_TEST_SEED is set (tests print it on failure).
 DEFAULT_TEST_SEED = 20261204

@@ -12,7 +12,7 @@ gdn,kda,mamba2,mamba1,short_conv,linear,bailing_linear
 / accepted / draft tensors, and are called as vLLM 0.34's model runner V2 calls them.
 
 GDN and KDA: random steps from tests/python/vllm_oracle_util.py's generator (profile vllm-0.34)
-and the cases of --public (default ../shared/cases/vllm034_public.jsonl when present), as
+and the cases of --public (default tests/data/vllm034_public.jsonl), as
 wheel_runner.py calls vLLM's builders:
 * runner path: GDN group 0 builds, later groups ``update_block_table`` from group 0's
   metadata; KDA builds every group (after the runner's aligned state indices in align mode);
@@ -26,8 +26,8 @@ wheel_runner.py calls vLLM's builders:
 The Mamba family: random steps from tests/vllm/mamba_steps.py (its generator and seeding:
 step i of a builder is line i of ``mamba_steps.py --builder B --count N --seed S
 --zero-drafts-percent P``), its --edges steps, and the cases of --mamba-public (default
-../shared/cases/vllm034_mamba_public.jsonl, ../shared/cases/vllm034_mamba_public_errors.jsonl,
-tests/data/vllm034_mamba.jsonl). Each step runs (``_mrv2``) as vLLM 0.34's
+tests/data/vllm034_mamba_public.jsonl, vllm034_mamba_public_errors.jsonl and
+vllm034_mamba.jsonl). Each step runs (``_mrv2``) as vLLM 0.34's
 ``build_attn_metadata`` (worker/gpu/attn_utils.py:520-605) with its Mamba-hybrid model state
 (model_states/mamba_hybrid.py:44-75):
 * runner path: each group its own CommonAttentionMetadata, with ``is_prefilling`` as the
@@ -100,13 +100,10 @@ from vllm.v1.worker.gpu.model_states.mamba_hybrid import MambaHybridAttnMetadata
 
 assert lv.PROFILE == "vllm-0.34", f"linmeta.vllm chose profile {lv.PROFILE!r} under vLLM 0.34"
 
-SHARED = os.path.normpath(os.path.join(REPO, "..", "shared", "cases"))
-PUBLIC = os.path.join(SHARED, "vllm034_public.jsonl")
-MAMBA_PUBLIC = ",".join((
-    os.path.join(SHARED, "vllm034_mamba_public.jsonl"),
-    os.path.join(SHARED, "vllm034_mamba_public_errors.jsonl"),
-    os.path.join(REPO, "tests", "data", "vllm034_mamba.jsonl"),
-))
+DATA = os.path.join(REPO, "tests", "data")
+PUBLIC = os.path.join(DATA, "vllm034_public.jsonl")
+MAMBA_PUBLIC = ",".join(os.path.join(DATA, f) for f in (
+    "vllm034_mamba_public.jsonl", "vllm034_mamba_public_errors.jsonl", "vllm034_mamba.jsonl"))
 GDN_KDA = ("gdn", "kda")
 MAMBA = tuple(wheel_builders.MAMBA_BUILDERS)  # mamba2, mamba1, short_conv, linear, bailing
 ALL_BUILDERS = GDN_KDA + MAMBA
@@ -784,7 +781,7 @@ def main() -> int:
     mamba = [k for k in kinds if k in MAMBA]
     deferred = [0, 0]
     if gdn_kda:
-        if a.public and os.path.isfile(a.public):
+        if a.public:
             run_file(a.public)
         cases = [c for c in crafted_cases() if c["builder"] in kinds]
         before = sum(equal.values())
@@ -824,10 +821,7 @@ def main() -> int:
     if mamba:
         t0 = time.time()
         for path in [p for p in a.mamba_public.split(",") if p]:
-            if os.path.isfile(path):
-                run_file(path)
-            else:
-                print(f"public cases ({os.path.basename(path)}): not found, skipped")
+            run_file(path)
         cases = [c for c in mamba_steps.edges() if c["builder"] in kinds]
         before = sum(equal.values())
         for case in cases:

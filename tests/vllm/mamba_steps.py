@@ -1,5 +1,5 @@
 """Random scheduler steps for vLLM 0.34's Mamba-family builders, as case-file JSON lines without
-"expected" (the Mamba case format: ../shared/cases/README.md, "The vLLM 0.34 Mamba family").
+"expected" (docs/case-format.md).
 wheel_cases.py fill fills them from the real wheel.
 
   mamba_steps.py --builder mamba2|mamba1|short_conv|linear|bailing_linear|ple_short_conv

@@ -1,6 +1,6 @@
 """Runs one case step through vLLM 0.34.0's Mamba-family builders (Mamba2, Mamba1, ShortConv,
 linear attention) the way model runner V2 calls them, and serialises the metadata in the
-Mamba case format (../shared/cases/README.md, "The vLLM 0.34 Mamba family").
+case format of docs/case-format.md.
 
 What model runner V2 does on a CUDA engine, and the harness the same way:
 * one CommonAttentionMetadata per KV-cache group, sharing every step tensor but the block
