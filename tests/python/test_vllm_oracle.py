@@ -6,7 +6,7 @@ distribution; the seed is fixed, printed on failure, and LINMETA_TEST_SEED overr
 LINMETA_VLLM_RANDOM_STEPS the count), compared object to object: every field's value, dtype,
 shape, device and None-ness, the dataclass types, nums_dict's structure, KDA's commit /
 checkpoint objects and the RecoverSSM context. Then the adapter's own behaviour: one plan per
-step for every KV-cache group (the native engine's stats), table prefetch, update_block_table,
+step per builder object (the native engine's stats), update_block_table,
 FULL-graph addresses, the plugin, vLLM's call signatures and attributes, and that nothing is
 kept alive after the builders are gone.
 """
@@ -87,13 +87,6 @@ def test_random_steps():
     _random_steps(RANDOM_STEPS, RUN_SEED)
 
 
-def test_random_steps_without_table_prefetch(monkeypatch):
-    """LINMETA_VLLM_PREFETCH_TABLES=0: a plan gathers every group from the planning group's
-    table, the others re-gather when served."""
-    monkeypatch.setattr(LV._common, "PREFETCH_TABLES", False)
-    _random_steps(max(RANDOM_STEPS // 5, 50), RUN_SEED + 1)
-
-
 def _random_steps(steps, seed):
     rng = random.Random(seed)
     failures = []
@@ -136,8 +129,7 @@ def _random_steps(steps, seed):
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_steps_of_the_same_builders_equal_fresh_builders(kind):
-    """A plan's result starts from the last step's where a field keeps its value: random
-    steps of one configuration through the same builder objects (four KV-cache groups, int32
+    """Random steps of one configuration through the same builder objects (four KV-cache groups, int32
     and int64 counts) equal each step built by fresh builders (which the other tests hold to
     the seed)."""
     rng = random.Random(RUN_SEED + 3)
@@ -163,7 +155,7 @@ def test_steps_of_the_same_builders_equal_fresh_builders(kind):
         for g in range(groups):  # (a KDA builder object's own RecoverSSM context aside)
             assert u.diff(ours[g], fresh[g], skip=("recoverssm_context",)) == [], (g, where)
         compared += 1
-    assert builders[0]._engine.native.stats["plans"] == compared
+    assert builders[0]._engine.stats["plans"] == compared
 
 
 def test_seed_error_cases():
@@ -239,33 +231,19 @@ def test_kda_capture_builds_carry_the_recoverssm_context():
 # ------------------------------------------------------------- groups, plans and the tables
 
 
-def test_groups_are_served_from_one_plan():
-    """Four KV-cache groups of one step: one plan, three groups served from it; the step
-    after plans again; a group calling twice in a step, other step objects (the runner hands
-    every group the very same ones) or other values are a new step, each still correct."""
+def test_every_builder_object_plans_its_own_steps():
+    """Four KV-cache groups of one step: each builder object plans every call of its own
+    (nothing is served from another object's plan), a group calling twice in a step too;
+    every result equals the seed's."""
     case = case_of(four_groups)
     ours, ref, err, (builders, refs, ms) = u.run_case(SEEDS, RUNNER, LV, case)
     assert err is None and compare_groups(case, ours, ref) == []
-    native = builders[0]._engine.native
-    assert all(b._engine.native is native for b in builders)
-    assert builders[0]._engine.builder.num_groups == 4
-    assert [b._group for b in builders] == [0, 1, 2, 3]
-    s0 = native.stats
-    assert (s0["plans"], s0["served"]) == (1, 3)
+    assert [b._engine.stats["plans"] for b in builders] == [1, 1, 1, 1]
     acc, drafts = u.step_counts(case["step"])
-    for b, m in zip(builders, ms):  # the next step: every group again, one plan
-        b.build(0, m, acc, drafts)
-    s1 = native.stats
-    assert (s1["plans"], s1["served"]) == (2, 6)
-    builders[0].build(0, ms[0], acc, drafts)  # then group 0 again: a new step
-    assert native.stats["plans"] == 3
-    m2 = ms[1].replace(query_start_loc_cpu=ms[1].query_start_loc_cpu.clone())
-    got = builders[1].build(0, m2, acc, drafts)  # equal values, another tensor: a new step
-    assert native.stats["plans"] == 4
-    assert compare_groups(case, [ours[0], got], ref[:2]) == []
-    m3 = ms[2].replace(num_actual_tokens=ms[2].num_actual_tokens + 1)
-    builders[2].build(0, m3, acc, drafts)  # a different step: planned afresh
-    assert native.stats["plans"] == 5 and native.stats["served"] == 6
+    again = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
+    again[0] = builders[0].build(0, ms[0], acc, drafts)
+    assert [b._engine.stats["plans"] for b in builders] == [3, 2, 2, 2]
+    assert compare_groups(case, again, ref) == []
 
 
 def test_a_result_changed_by_its_caller_changes_no_other_result():
@@ -293,92 +271,27 @@ def test_engine_refuses_a_metadata_class_that_is_no_class():
     case = case_of(four_groups)
     _, _, err, (builders, _, _) = u.run_case(SEEDS, RUNNER, LV, case)
     assert err is None
-    engine = builders[0]._engine
-    for cls in (42, engine.cls.__new__(engine.cls)):
+    b = builders[0]
+    for cls in (42, b._cls.__new__(b._cls)):
         with pytest.raises(TypeError, match="must be a class"):
-            LV._common._linmeta.vllm.Engine(engine.builder, cls, engine.defaults, {}, False)
+            LV._common._linmeta.vllm.Engine(b._engine.builder, cls, {}, {})
 
 
 def test_engine_refuses_a_composite_class_for_no_composite_field():
     case = case_of(four_groups)
     _, _, err, (builders, _, _) = u.run_case(SEEDS, RUNNER, LV, case)
     assert err is None
-    engine = builders[0]._engine
+    b = builders[0]
     for name in ("num_prefills", "no_such_field", "nums_dict"):
         with pytest.raises(LV._common._linmeta.Error, match=f"'{name}' names no composite"):
-            LV._common._linmeta.vllm.Engine(engine.builder, engine.cls, engine.defaults,
-                                            {name: engine.cls}, False)
+            LV._common._linmeta.vllm.Engine(b._engine.builder, b._cls,
+                                            LV._common.defaults(b._cls), {name: b._cls})
 
 
-def _prefetch_case(seq_len, width, tables=None):
-    tables = tables or [
-        [[100 * g + 10 * r + c for c in range(width)] for r in range(2)] for g in range(2)
-    ]
-    return {
-        "name": f"prefetch/{seq_len}",
-        "builder": "gdn",
-        "mode": "build",
-        "config": {
-            "num_spec": 0, "max_num_seqs": 8, "max_num_batched_tokens": 256,
-            "full_cuda_graph": False, "max_cudagraph_capture_size": None,
-            "mamba_cache_mode": "align", "block_size": 16, "num_speculative_blocks": 0,
-            "use_recoverssm": False, "num_prefill_checkpoint_blocks": 0,
-        },
-        "step": {
-            "query_start_loc": [0, 1, 2], "seq_lens": [seq_len, seq_len],
-            "seq_lens_cpu_upper_bound": [seq_len, seq_len], "is_prefilling": [False, False],
-            "num_actual_tokens": 2, "block_table": tables[0], "groups": tables,
-            "num_accepted_tokens": None, "num_decode_draft_tokens_cpu": None,
-        },
-    }
-
-
-def test_table_prefetch_skips_a_narrower_table_of_the_last_step(monkeypatch):
-    """The first group's launch gathers every group from the table that group used the step
-    before. When this step's tables are wider (longer sequences, align mode), last step's
-    narrower table must not be used (it would fail the gather's width check): the group
-    re-gathers from its own table when served."""
-    monkeypatch.setattr(LV._common, "PREFETCH_TABLES", True)
-    narrow, wide = _prefetch_case(20, 4), _prefetch_case(300, 24)
-    ours, ref, err, (builders, _, _) = u.run_case(SEEDS, RUNNER, LV, narrow)
-    assert err is None and compare_groups(narrow, ours, ref) == []
-    native = builders[0]._engine.native
-    regathers = native.stats["regathers"]
-    ms, (acc, drafts) = u.group_metadata(RUNNER, wide)
-    got = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
-    assert native.stats["plans"] == 2
-    assert native.stats["regathers"] == regathers + 1  # group 1, from its own wider table
-    RUNNER.clear_step_cache(SEEDS)
-    refs = [SEEDS.gdn.GDNAttentionMetadataBuilder(*o, CPU)
-            for o in u.vllm_objects(RUNNER, wide["config"], 2)]
-    want = [r.build(0, m, acc, drafts) for r, m in zip(refs, ms)]
-    assert compare_groups(wide, got, want) == []
-
-
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_table_prefetch_serves_groups_whose_table_stayed(monkeypatch, prefetch):
-    """A step whose every group keeps the table it had (vLLM's persistent block tables):
-    with the prefetch the plan gathered every group already, no re-gather; without it each
-    later group re-gathers once when served. Same results either way."""
-    monkeypatch.setattr(LV._common, "PREFETCH_TABLES", prefetch)
-    case = case_of(lambda c: four_groups(c, align_ok=False))
-    ours, ref, err, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
-    assert err is None
-    native = builders[0]._engine.native
-    s0 = native.stats
-    acc, drafts = u.step_counts(case["step"])
-    got = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
-    s1 = native.stats
-    assert s1["plans"] == s0["plans"] + 1 and s1["served"] == s0["served"] + 3
-    assert s1["regathers"] - s0["regathers"] == (0 if prefetch else 3)
-    assert compare_groups(case, got, ref) == []
-
-
-def test_builders_registered_after_a_step_share_the_next_plan():
-    """An engine's first builder object builds a step; two more objects of the same
-    configuration are made (more KV-cache groups): the next step of all three is one plan on
-    one native builder of three groups, whose FULL-graph buffers keep their addresses from
-    then on."""
+def test_builders_made_after_a_step_keep_their_full_graph_addresses():
+    """A builder object builds a step; two more objects of the same configuration are made
+    (more KV-cache groups): each builds with its own native builder, whose FULL-graph
+    buffers keep their addresses from step to step; every group equals the seed's."""
     case = gdn_case("pure spec FULL graphs")
     s = case["step"]
     objs = u.vllm_objects(RUNNER, case["config"], 3)
@@ -386,21 +299,13 @@ def test_builders_registered_after_a_step_share_the_next_plan():
     m = u.common_metadata(RUNNER, s, s["block_table"])
     acc, drafts = u.step_counts(s)
     first.build(0, m, acc, drafts)
-    more = [LV.GDNAttentionMetadataBuilder(*o, CPU) for o in objs[1:]]
-    builders = [first] + more
-    assert all(b._engine is first._engine for b in builders)
-    assert [b._group for b in builders] == [0, 1, 2]
+    builders = [first] + [LV.GDNAttentionMetadataBuilder(*o, CPU) for o in objs[1:]]
     ms = [m.replace(block_table_tensor=m.block_table_tensor + g) for g in range(3)]
 
     def step():
         return [b.build(0, mg, acc, drafts) for b, mg in zip(builders, ms)]
 
-    outs = step()
-    native = first._engine.native
-    assert first._engine.builder.num_groups == 3
-    plans = native.stats["plans"]
-    again = step()
-    assert native.stats["plans"] == plans + 1 and first._engine.native is native
+    outs, again = step(), step()
     for a, b in zip(outs, again):
         assert a.spec_state_indices_tensor.data_ptr() == b.spec_state_indices_tensor.data_ptr()
     refs = [SEEDS.gdn.GDNAttentionMetadataBuilder(*o, CPU) for o in objs]
@@ -409,24 +314,12 @@ def test_builders_registered_after_a_step_share_the_next_plan():
         assert u.diff(got, r.build(0, mg, acc, drafts)) == []
 
 
-def test_engines_are_per_configuration_and_held_by_their_builders():
-    """Builder objects of one configuration share one engine (one per KV-cache group);
-    another configuration or kind gets its own; the engine goes with its last builder."""
+def test_an_engine_lives_as_long_as_its_builder_object():
     case = case_of(lambda c: c["builder"] == "gdn" and c["mode"] == "build")
-    objs = u.vllm_objects(RUNNER, case["config"], 2)
-    a, b = (LV.GDNAttentionMetadataBuilder(*o, CPU) for o in objs)
-    k = LV.KimiK3KDAMetadataBuilder(*objs[0], CPU)
-    other = dict(case["config"], max_num_seqs=case["config"]["max_num_seqs"] + 1)
-    c = LV.GDNAttentionMetadataBuilder(*u.vllm_objects(RUNNER, other, 1)[0], CPU)
-    assert a._engine is b._engine and (a._group, b._group) == (0, 1)
-    assert k._engine is not a._engine and c._engine is not a._engine
-    assert (k._group, c._group) == (0, 0)
-    e = weakref.ref(a._engine)
-    keys = [key for key, v in LV._common._ENGINES.items() if v is a._engine]
-    assert len(keys) == 1
-    del a, b
-    assert e() is None and keys[0] not in LV._common._ENGINES
-    assert k._engine in LV._common._ENGINES.values()
+    a = LV.GDNAttentionMetadataBuilder(*u.vllm_objects(RUNNER, case["config"], 1)[0], CPU)
+    e, native = weakref.ref(a._engine), weakref.ref(a._engine.builder)
+    del a
+    assert e() is None and native() is None
 
 
 # ----------------------------------------------------------------------- update_block_table
@@ -451,38 +344,40 @@ def test_update_block_table_matches_the_seed():
     assert n > 0
 
 
-def test_update_block_table_regathers_only_for_a_new_table(monkeypatch):
-    """MRV2's later groups call update_block_table on group 0's metadata: with the table
-    prefetch, a group whose table is the memory it used the step before was gathered by the
-    step's one launch already (no re-gather); a table elsewhere re-gathers. Both equal the
-    seed's update_block_table."""
-    monkeypatch.setattr(LV._common, "PREFETCH_TABLES", True)
+def test_update_block_table_of_another_builders_metadata_builds_the_step():
+    """MRV2's later groups call update_block_table on group 0's metadata: each builds that
+    step (the inputs group 0's engine read) with its own table, one plan of its own; its own
+    metadata with a table in other memory re-gathers once, the same memory not at all. All
+    equal the seed's update_block_table."""
     case = case_of(lambda c: four_groups(c, align_ok=False))
     ours, ref, err, (ob, rb, ms) = u.run_case(SEEDS, RUNNER, LV, case)
     assert err is None
-    native = ob[0]._engine.native
     acc, drafts = u.step_counts(case["step"])
-    # The next step: group 0 plans (one launch), the others take update_block_table.
     first = ob[0].build(0, ms[0], acc, drafts)
     want0 = rb[0].build(0, ms[0], acc, drafts)
-    s0 = native.stats
+    s0 = [b._engine.stats for b in ob]
+    updated = {}
     for g in range(1, 4):
         got = ob[g].update_block_table(first, ms[g].block_table_tensor, ms[g].slot_mapping)
         want = rb[g].update_block_table(want0, ms[g].block_table_tensor, ms[g].slot_mapping)
         assert u.diff(got, want) == [], g
         assert got is not first and type(got) is type(first)
-    assert native.stats["regathers"] == s0["regathers"]
-    assert native.stats["plans"] == s0["plans"]
-    # A table in other memory (equal values): re-gathered.
+        s1 = ob[g]._engine.stats
+        assert s1["rebuilds"] == s0[g]["rebuilds"] + 1 and s1["plans"] == s0[g]["plans"] + 1
+        updated[g] = got
+    # Its own last metadata: the same table launches nothing, a copy re-gathers.
+    s1 = ob[1]._engine.stats
+    last = ob[1].update_block_table(updated[1], ms[1].block_table_tensor, ms[1].slot_mapping)
+    assert ob[1]._engine.stats["regathers"] == s1["regathers"]
     moved = ms[1].block_table_tensor.clone()
-    got = ob[1].update_block_table(first, moved, ms[1].slot_mapping)
-    assert native.stats["regathers"] == s0["regathers"] + 1
+    got = ob[1].update_block_table(last, moved, ms[1].slot_mapping)
+    assert ob[1]._engine.stats["regathers"] == s1["regathers"] + 1
     assert u.diff(got, rb[1].update_block_table(want0, moved, ms[1].slot_mapping)) == []
 
 
 def test_update_block_table_takes_metadata_of_the_last_step_only():
-    """update_block_table takes metadata its engine made in its last step (of any of its
-    groups); an older step's, a copy, or another engine's raise linmeta.Error."""
+    """update_block_table takes metadata a builder of its configuration made in its last
+    call; an older step's, a copy, or one of another configuration raise linmeta.Error."""
     import linmeta
 
     case = case_of(lambda c: four_groups(c, align_ok=False))
@@ -492,16 +387,14 @@ def test_update_block_table_takes_metadata_of_the_last_step_only():
     acc, drafts = u.step_counts(case["step"])
     newer = ob[0].build(0, ms[0], acc, drafts)
     copy = type(newer)(**vars(newer))
-    # Another engine (another configuration: the same one would join this engine).
-    config = dict(case["config"], max_num_seqs=case["config"]["max_num_seqs"] + 1)
-    other_case = dict(case, config=config)
-    other, _, _, _ = u.run_case(SEEDS, RUNNER, LV, other_case)
-    for stale in (ours[0], copy, other[0]):
-        with pytest.raises(linmeta.Error, match="metadata this engine's builders made in "
-                                                "its last step"):
+    for stale in (ours[0], copy):
+        with pytest.raises(linmeta.Error, match="metadata a linmeta.vllm builder made in its "
+                                                "last call"):
             ob[2].update_block_table(stale, t, slots)
-    with pytest.raises(linmeta.Error, match=r"group 7 is outside \[0, 4\)"):
-        ob[0]._engine.native.update_block_table(7, newer, t)
+    config = dict(case["config"], max_num_seqs=case["config"]["max_num_seqs"] + 1)
+    other, _, _, _ = u.run_case(SEEDS, RUNNER, LV, dict(case, config=config))
+    with pytest.raises(linmeta.Error, match="of the same configuration"):
+        ob[2].update_block_table(other[0], t, slots)
 
 
 @pytest.mark.parametrize("profile", [None, "vllm-0.34"])
@@ -573,9 +466,9 @@ def test_int64_accepted_counts_keep_their_dtype():
     assert n > 0
 
 
-def test_int64_inputs_keep_one_plan_per_step():
-    """int64 accepted / draft counts: later groups are still served from the one plan, and
-    update_block_table keeps the source's counts (batch-level), dtype included."""
+def test_int64_inputs_of_every_group_and_update_block_table():
+    """int64 accepted / draft counts through several groups: each group's counts keep the
+    seed's dtype, and update_block_table keeps the source's (batch-level), dtype included."""
     case = case_of(lambda c: c["builder"] == "gdn" and len(c["step"].get("groups", [])) >= 2
                    and c["mode"] == "build" and c["step"]["num_accepted_tokens"] is not None)
     s = case["step"]
@@ -586,8 +479,6 @@ def test_int64_inputs_keep_one_plan_per_step():
     acc = torch.tensor(s["num_accepted_tokens"], dtype=torch.int64)
     drafts = torch.tensor(s["num_decode_draft_tokens_cpu"], dtype=torch.int64)
     outs = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
-    stats = builders[0]._engine.native.stats
-    assert (stats["plans"], stats["served"]) == (1, len(builders) - 1)
     for g, md in enumerate(outs):
         want = u.independent_reference(SEEDS, RUNNER, case, g)
         assert want.num_accepted_tokens is None or md.num_accepted_tokens.dtype == (
@@ -1032,7 +923,7 @@ def test_plugin_swaps_the_builders_only_when_enabled(monkeypatch):
     objs = u.vllm_objects(RUNNER, case["config"], 3)
     builders = [kda_backend.get_builder_cls()(spec, names, vc, CPU) for spec, names, vc in objs]
     assert all(isinstance(b, LV.KimiK3KDAMetadataBuilder) for b in builders)
-    assert len({id(b._engine) for b in builders}) == 1
+    assert len({id(b._engine) for b in builders}) == 3
 
 
 def test_plugin_entry_point_is_installed():

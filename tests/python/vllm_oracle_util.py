@@ -314,9 +314,9 @@ def native_build(builder, m, accepted, drafts, table, capture=False):
     with the configuration of linmeta.vllm builder object `builder`."""
     import linmeta
 
-    e = builder._engine
-    target = "cuda" if e.device.type == "cuda" else "host"
-    nb = linmeta.MetadataBuilder(e.kind, target=target, array_type="torch", **e.config)
+    own = builder._engine.builder
+    target = own.target
+    nb = linmeta.MetadataBuilder(own.kind, target=target, array_type="torch", **own.config)
     kw = linmeta.step_kwargs(m, accepted, drafts)
     kw["block_table"] = table
     if target == "cuda":

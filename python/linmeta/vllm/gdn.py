@@ -85,45 +85,13 @@ class GDNAttentionMetadataBuilder(Builder, Base):
         return dict(cfg, profile="vllm-0.34", prefill_backend=self.gdn_prefill_backend,
                     **self.checkpoint_config(self.kv_cache_spec, int(self.kv_cache_spec.block_size)))
 
-    # vLLM's GDN / KDA build() takes the counts positionally too.
+    # vLLM's GDN / KDA build() takes the counts positionally too. int64 counts (vLLM versions
+    # that keep them so) are read from int32 copies the native engine makes on every call;
+    # where a field is the caller's counts it is the caller's tensor, as vLLM returns it.
     def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
               num_decode_draft_tokens_cpu=None, fast_build=False):
-        md = self._engine.native.build(self._group, common_attn_metadata, num_accepted_tokens,
-                                       num_decode_draft_tokens_cpu, False, True)
-        if md is None:  # int64 counts
-            md = self._build_int64(common_attn_metadata, num_accepted_tokens,
-                                   num_decode_draft_tokens_cpu)
-        return md
-
-    def _build_int64(self, common_attn_metadata, num_accepted_tokens, drafts_cpu):
-        """build() of int64 counts (vLLM versions that keep them so): built from int32 copies,
-        made once per step for every group (the engine's same-step test)."""
-        accepted, drafts = self._engine.int32_counts(num_accepted_tokens, drafts_cpu)
-        md = self._engine.native.build(self._group, common_attn_metadata, accepted, drafts, False,
-                                       False)
-        out = md.num_accepted_tokens
-        if (accepted is not num_accepted_tokens and out is not None
-                and not self._staged_spec(md, common_attn_metadata)):
-            # vLLM gathers the caller's counts outside the FULL-graph buffer (int32): they
-            # keep the caller's dtype there.
-            md.num_accepted_tokens = out.to(num_accepted_tokens.dtype)
-        return md
-
-    def update_block_table(self, metadata, blk_table, slot_mapping):
-        md = super().update_block_table(metadata, blk_table, slot_mapping)
-        # Batch-level: vLLM keeps the source's (int64 ones too).
-        theirs = getattr(metadata, "num_accepted_tokens", None)
-        if theirs is not None and md.num_accepted_tokens is not None and (
-                theirs.dtype != md.num_accepted_tokens.dtype):
-            md.num_accepted_tokens = theirs
-        return md
-
-    def _staged_spec(self, md, m) -> bool:
-        """Whether vLLM's builder stages the spec rows in its FULL-graph buffers."""
-        n = md.num_spec_decodes
-        return bool(self.use_full_cuda_graph and n > 0 and md.num_prefills == 0
-                    and md.num_decodes == 0 and n <= self.decode_cudagraph_max_bs
-                    and md.num_spec_decode_tokens <= self.decode_cudagraph_max_bs)
+        return self._engine.build(common_attn_metadata, num_accepted_tokens,
+                                  num_decode_draft_tokens_cpu, False)
 
 
 class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
@@ -186,16 +154,6 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
 
     def update_block_table(self, metadata, blk_table, slot_mapping):
         return self._with_context(super().update_block_table(metadata, blk_table, slot_mapping))
-
-    def _staged_spec(self, md, m) -> bool:
-        """KDA's rule: padded rows (num_reqs) within its FULL-graph buffer; with RecoverSSM
-        the counts are always its own int32 buffer's."""
-        if self.use_recoverssm:
-            return True
-        n = md.num_spec_decodes
-        return bool(self.use_full_cuda_graph and n > 0 and md.num_prefills == 0
-                    and md.num_decodes == 0 and int(m.num_reqs) <= self.decode_cudagraph_max_bs
-                    and md.num_spec_decode_tokens <= self.decode_cudagraph_max_bs)
 
     def _with_context(self, md):
         """`md` with vLLM's RecoverSSM commit context where it has a commit."""

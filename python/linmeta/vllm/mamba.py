@@ -154,8 +154,7 @@ class LinearAttentionMetadataBuilder(Builder, Base):
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         # The native call itself (one Python frame less than Builder.build).
-        return self._engine.native.build(self._group, common_attn_metadata, None, None, False,
-                                         False)
+        return self._engine.build(common_attn_metadata, None, None, False)
 
 
 class BailingLinearAttentionMetadataBuilder(LinearAttentionMetadataBuilder):
@@ -194,5 +193,4 @@ class BailingLinearAttentionMetadataBuilder(LinearAttentionMetadataBuilder):
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False, *,
               num_accepted_tokens=None, num_decode_draft_tokens_cpu=None):
         # vLLM's takes the draft counts and never reads them.
-        return self._engine.native.build(self._group, common_attn_metadata, num_accepted_tokens,
-                                         None, False, False)
+        return self._engine.build(common_attn_metadata, num_accepted_tokens, None, False)
