@@ -907,6 +907,7 @@ def test_plugin_swaps_the_builders_only_when_enabled(monkeypatch):
     kda_backend = SEEDS.kda.KimiK3KDAAttentionBackend
     for backend in (gdn_backend, kda_backend):  # put back when the test ends
         monkeypatch.setattr(backend, "get_builder_cls", backend.__dict__["get_builder_cls"])
+    monkeypatch.setattr(sys.modules["vllm"], "__version__", "0.34.0", raising=False)
     monkeypatch.delenv("LINMETA_VLLM", raising=False)
     assert plugin.register() == []
     monkeypatch.setenv("LINMETA_VLLM", "0")
@@ -924,6 +925,34 @@ def test_plugin_swaps_the_builders_only_when_enabled(monkeypatch):
     builders = [kda_backend.get_builder_cls()(spec, names, vc, CPU) for spec, names, vc in objs]
     assert all(isinstance(b, LV.KimiK3KDAMetadataBuilder) for b in builders)
     assert len({id(b._engine) for b in builders}) == 3
+
+
+@pytest.mark.parametrize("version", ["0.35.0", "0.33.1", None])
+def test_plugin_leaves_vllms_builders_under_an_unknown_release(monkeypatch, caplog, version):
+    """Under a vLLM release linmeta has no rules for, LINMETA_VLLM=1 leaves vLLM's builders
+    in place and says so once per process; LINMETA_VLLM_ANY_RELEASE=1 forces the swap."""
+    import linmeta.vllm_plugin as plugin
+
+    gdn_backend = SEEDS.gdn.GDNAttentionBackend
+    kda_backend = SEEDS.kda.KimiK3KDAAttentionBackend
+    for backend in (gdn_backend, kda_backend):
+        monkeypatch.setattr(backend, "get_builder_cls", backend.__dict__["get_builder_cls"])
+    if version is None:
+        monkeypatch.delattr(sys.modules["vllm"], "__version__", raising=False)
+    else:
+        monkeypatch.setattr(sys.modules["vllm"], "__version__", version, raising=False)
+    monkeypatch.setattr(plugin, "_said_unknown", False)
+    monkeypatch.setenv("LINMETA_VLLM", "1")
+    monkeypatch.delenv("LINMETA_VLLM_ANY_RELEASE", raising=False)
+    with caplog.at_level("WARNING", logger="linmeta.vllm"):
+        assert plugin.register() == []
+        assert plugin.register() == []
+    assert gdn_backend.get_builder_cls() is SEEDS.gdn.GDNAttentionMetadataBuilder
+    said = [r for r in caplog.records if "no release linmeta has rules for" in r.getMessage()]
+    assert len(said) == 1 and "own metadata builders stay" in said[0].getMessage()
+    monkeypatch.setenv("LINMETA_VLLM_ANY_RELEASE", "1")
+    assert plugin.register() == ["GDNAttentionBackend", "KimiK3KDAAttentionBackend"]
+    assert gdn_backend.get_builder_cls() is LV.GDNAttentionMetadataBuilder
 
 
 def test_plugin_entry_point_is_installed():
