@@ -940,7 +940,7 @@ def vllm_cases():
 # ------------------------------------------- linmeta.vllm: engine, re-entry, reuse, threads
 
 
-class _Reenter:
+class Reenter:
     """An array (`t`'s memory) whose __array_interface__ or __dlpack__ first calls `inner`,
     keeping what it raised."""
 
@@ -972,6 +972,23 @@ class _Reenter:
         return self._t.__dlpack_device__()
 
 
+def in_two_threads(run):
+    """run(0) and run(1) in two threads, with a GIL switch interval of a microsecond (a
+    switch inside nearly every call that runs Python code)."""
+    import threading
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+
+
 def _fresh_gdn(name, m, accepted, drafts):
     """The step of `m` built by a new linmeta.vllm GDN builder of public case `name`'s
     configuration."""
@@ -997,7 +1014,7 @@ def _reentry(dlpack):
     refused (linmeta.Error), the outer is its own step's."""
     builders, ms, accepted, drafts, _ = _vllm_context("E3 ")
     b, m = builders[0], ms[0]
-    bad = _Reenter(m.seq_lens_cpu_upper_bound, lambda: b.build(0, m, accepted, drafts), dlpack)
+    bad = Reenter(m.seq_lens_cpu_upper_bound, lambda: b.build(0, m, accepted, drafts), dlpack)
     md = b.build(0, m.replace(seq_lens_cpu_upper_bound=bad), accepted, drafts)
     if not (isinstance(bad.raised, linmeta.Error) and "entered while" in str(bad.raised)):
         raise AssertionError(f"the re-entered build was not refused: {bad.raised!r}")
@@ -1028,8 +1045,6 @@ def _two_threads(shared):
     """Two threads build (each 30 times) with their own builder objects of one configuration
     (shared=False: every build its own step's) or with one builder object (shared=True: a
     build either returns its own step's or is refused with the re-entry error)."""
-    import threading
-
     builders, ms, accepted, drafts, _ = _vllm_context("E3 ")
     import vllm_oracle_util as u
 
@@ -1039,7 +1054,7 @@ def _two_threads(shared):
                                           torch.device("cpu")) for _ in range(2)]
     m = ms[0]
     steps = [m, m.replace(seq_lens=m.seq_lens + 7, seq_lens_cpu_upper_bound=m.seq_lens + 7)]
-    steps = [s.replace(seq_lens_cpu_upper_bound=_Reenter(s.seq_lens_cpu_upper_bound,
+    steps = [s.replace(seq_lens_cpu_upper_bound=Reenter(s.seq_lens_cpu_upper_bound,
                                                          lambda: None, False))
              for s in steps]  # read through Python code: GIL switches inside the builds
     want = [_fresh_gdn("E3 ", s, accepted, drafts).num_prefill_tokens for s in steps]
@@ -1060,16 +1075,7 @@ def _two_threads(shared):
             if got != want[i]:
                 bad.append(f"thread {i} got another step's metadata")
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
+    in_two_threads(run)
     if bad:
         raise AssertionError(bad[:3])
 

@@ -19,7 +19,6 @@ Random inputs take fixed seeds (LINMETA_TEST_SEED overrides), printed on failure
 import gc
 import subprocess
 import sys
-import threading
 import warnings
 import weakref
 
@@ -28,6 +27,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import vllm_oracle_util as u  # noqa: E402
+from hostile_cases import Reenter, in_two_threads  # noqa: E402
 
 if not u.oracle_available():
     pytest.skip(f"the seed oracle is not at {u.ORACLE_DIR}", allow_module_level=True)
@@ -61,21 +61,6 @@ def fresh_build(case, m, acc, drafts):
     b = u.classes(SEEDS, LV, case["builder"])[1](*u.vllm_objects(RUNNER, case["config"], 1)[0],
                                                  CPU)
     return u.call(b, case["mode"], m, acc, drafts)
-
-
-def in_two_threads(run):
-    """run(0) and run(1) in two threads, with a GIL switch interval of a microsecond (a
-    switch inside nearly every call that runs Python code)."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
 
 
 def tensors(md):
@@ -202,39 +187,6 @@ def test_one_builder_from_two_threads_is_refused_or_right():
     assert refused[0] > 0, "no call overlapped: the test did not test concurrency"
 
 
-class _Reentrant:
-    """An array whose __array_interface__ (or __dlpack__) first builds another step with the
-    same builder object, recording what that inner call raised."""
-
-    def __init__(self, t, inner, dlpack=False):
-        self._t, self._inner, self.raised = t, inner, None
-        self._dlpack = dlpack
-
-    def _enter(self):
-        try:
-            self._inner()
-        except Exception as e:  # noqa: BLE001 - the test reads it
-            self.raised = e
-
-    @property
-    def __array_interface__(self):
-        if self._dlpack:
-            raise AttributeError("__array_interface__")
-        self._enter()
-        return self._t.numpy().__array_interface__
-
-    def __dlpack__(self, *args, **kwargs):
-        if not self._dlpack:
-            raise AttributeError("__dlpack__")
-        self._enter()
-        return self._t.__dlpack__(*args, **kwargs)
-
-    def __dlpack_device__(self):
-        if not self._dlpack:
-            raise AttributeError("__dlpack_device__")
-        return self._t.__dlpack_device__()
-
-
 @pytest.mark.parametrize("how", ["array_interface", "dlpack"])
 def test_reentry_from_an_input_is_refused(how):
     """A build entered from an input's __array_interface__ / __dlpack__ while the same
@@ -249,7 +201,7 @@ def test_reentry_from_an_input_is_refused(how):
     b = LV.GDNAttentionMetadataBuilder(*u.vllm_objects(RUNNER, case["config"], 1)[0], CPU)
     m_other = u.common_metadata(RUNNER, other["step"], other["step"]["block_table"])
     inner = lambda: b.build(0, m_other, *u.step_counts(other["step"]))  # noqa: E731
-    bad = _Reentrant(ms[0].seq_lens_cpu_upper_bound, inner, dlpack=how == "dlpack")
+    bad = Reenter(ms[0].seq_lens_cpu_upper_bound, inner, dlpack=how == "dlpack")
     md = b.build(0, ms[0].replace(seq_lens_cpu_upper_bound=bad), acc, drafts)
     assert isinstance(bad.raised, linmeta.Error), bad.raised
     assert "entered while another call of the same builder" in str(bad.raised)
