@@ -19,6 +19,7 @@ Random inputs take fixed seeds (LINMETA_TEST_SEED overrides), printed on failure
 import gc
 import subprocess
 import sys
+import threading
 import warnings
 import weakref
 
@@ -164,10 +165,14 @@ def test_one_builder_from_two_threads_is_refused_or_right():
                      md.num_actual_tokens))
         inputs.append((m.replace(query_start_loc_cpu=_SlowIface(m.query_start_loc_cpu)), counts))
     wrong, refused, other = [], [0], []
+    start = threading.Barrier(2)
 
     def run(i):
         m, (acc, drafts) = inputs[i]
-        for _ in range(200):
+        start.wait()
+        for _ in range(3000):  # until a few calls overlapped (a few hundred calls, typically)
+            if refused[0] >= 5:
+                break
             try:
                 md = b.build(0, m, acc, drafts)
             except linmeta.Error as e:

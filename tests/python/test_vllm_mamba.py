@@ -52,10 +52,9 @@ CPU = torch.device("cpu")
 @pytest.fixture
 def lv(monkeypatch):
     """linmeta.vllm as imported now, under vLLM 0.34's rules (what LINMETA_VLLM_PROFILE=
-    vllm-0.34 or a vLLM 0.34 sets at import; linmeta has no other Mamba rules)."""
+    vllm-0.34 or a vLLM 0.34 settles; linmeta has no other Mamba rules)."""
     mod = importlib.import_module("linmeta.vllm")
-    for m in (mod, mod._common, mod.gdn, mod.mamba):
-        monkeypatch.setattr(m, "PROFILE", "vllm-0.34")
+    monkeypatch.setattr(mod._common, "_profile", "vllm-0.34")
     return mod
 
 
@@ -225,9 +224,15 @@ def test_multi_group_every_group_builds(lv, case):
 @pytest.mark.parametrize("case", ERRORS, ids=cu.case_id)
 def test_error_case(lv, case):
     """A step vLLM 0.34's builder rejects (its assertions: capture batches no decode-only
-    FULL graph holds) raises linmeta.Error."""
-    with pytest.raises(linmeta.Error, match=r"\S"):
+    FULL graph holds) raises what an `except` clause for vLLM's exception there catches (the
+    type the case file records) that is a linmeta.Error too (linmeta.vllm.Error)."""
+    import builtins
+
+    with pytest.raises(linmeta.Error, match=r"\S") as raised:
         run(lv, case)
+    recorded = getattr(builtins, case["error"]["type"])
+    assert isinstance(raised.value, recorded), (type(raised.value).__mro__, recorded)
+    assert isinstance(raised.value, lv.Error)
 
 
 # ----------------------------------------------------------------------------- the classes
@@ -327,8 +332,7 @@ def test_unsupported_configurations_are_refused_without_vllm(lv, monkeypatch, ki
     cls = getattr(lv, CLASS_NAMES[kind])
     if lv._common.vllm_class(*cls.replaces) is not None:
         pytest.skip("vLLM's Mamba builders are importable")
-    for m in (lv, lv._common, lv.gdn, lv.mamba):
-        monkeypatch.setattr(m, "PROFILE", profile)
+    monkeypatch.setattr(lv._common, "_profile", profile)
     # Linear attention reads none of these; Bailing reads the spec-decode threshold only.
     if profile is not None and (kind == "linear" or (kind == "bailing_linear"
                                                      and reason == "ReplaySSM")):

@@ -168,8 +168,9 @@ def test_seed_error_cases():
     for case in u.load_cases(u.SEED_ERRORS):
         etype = case["error"]["type"]
         if etype == "ValueError":
-            with pytest.raises(ValueError, match="activation capacity"):
+            with pytest.raises(ValueError, match="activation capacity") as raised:
                 u.run_case(SEEDS, RUNNER, LV, case)
+            assert isinstance(raised.value, LV.Error)  # and linmeta.Error
             rejected += 1
         else:
             assert etype == "UnboundLocalError", etype
@@ -695,7 +696,11 @@ def test_supports_update_block_table_follows_the_profile(monkeypatch, profile):
     mamba_aligned_state_indices (None until MRV2 sets it). (CUDA builders are made without
     their engine here: the rule is the constructor's.)"""
     u.set_profile(monkeypatch, LV, profile)
-    monkeypatch.setattr(LV._common.Builder, "_join_engine", lambda self, device: None)
+    import types
+
+    no_engine = types.SimpleNamespace(builder=types.SimpleNamespace(decode_cudagraph_max_bs=0))
+    monkeypatch.setattr(LV._common.Builder, "_join_engine",
+                        lambda self, device: setattr(self, "_engine", no_engine))
     case = case_of(lambda c: c["builder"] == "kda" and c["config"]["mamba_cache_mode"] == "none"
                    and not c["config"]["num_prefill_checkpoint_blocks"])
     for v2 in (False, True):
@@ -720,13 +725,44 @@ def test_default_profile_follows_the_running_vllm(caplog):
     vLLM whose rules linmeta does not have."""
     pick = LV._common.default_profile
     if not os.environ.get("LINMETA_VLLM_PROFILE"):
-        assert LV.PROFILE is None and LV._common.PROFILE is None  # the stand-in: no version
+        assert LV.profile() is None  # the stand-in: no version
     assert pick("vllm-0.34", None) == "vllm-0.34" and pick("seed", "0.34.0") == "seed"
     assert pick(None, "0.34.0") == "vllm-0.34" and pick("", "0.34.2") == "vllm-0.34"
     assert pick(None, None) is None
     with caplog.at_level("WARNING", logger="linmeta.vllm"):
         assert pick(None, "0.33.1") is None
     assert "vLLM 0.33.1 has no rules profile" in caplog.text
+
+
+def test_a_profile_set_explicitly_wins_over_the_environment(monkeypatch):
+    """linmeta.vllm.set_profile() settles the profile for the builders made afterwards; the
+    environment is only the default, read once when nothing was set."""
+    monkeypatch.setattr(LV._common, "_profile", LV._common._UNSET)
+    monkeypatch.setenv("LINMETA_VLLM_PROFILE", "vllm-0.34")
+    assert LV.profile() == "vllm-0.34"
+    monkeypatch.setenv("LINMETA_VLLM_PROFILE", "seed")
+    assert LV.profile() == "vllm-0.34"  # settled once
+    LV.set_profile(None)
+    case = case_of(lambda c: c["builder"] == "gdn" and c["mode"] == "build")
+    b = LV.GDNAttentionMetadataBuilder(*u.vllm_objects(RUNNER, case["config"], 1)[0], CPU)
+    assert b._engine.builder.config["profile"] == "seed"
+    LV.set_profile("vllm-0.34")
+    b = LV.GDNAttentionMetadataBuilder(*u.vllm_objects(RUNNER, case["config"], 1)[0], CPU)
+    assert b._engine.builder.config["profile"] == "vllm-0.34"
+    with pytest.raises(ValueError, match="must be 'seed', 'vllm-0.34' or None"):
+        LV.set_profile("vllm-0.35")
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_decode_cudagraph_max_bs_is_the_native_builders(kind):
+    """vLLM's decode_cudagraph_max_bs attribute is the native builder's (one rule, the
+    core's): rows x (1 + k), capped by the capture size, as the seed's."""
+    for case in [c for c in CASES if c["builder"] == kind][:20]:
+        objs = u.vllm_objects(RUNNER, case["config"], 1)[0]
+        seed_cls, our_cls = u.classes(SEEDS, LV, kind)
+        ours, ref = our_cls(*objs, CPU), seed_cls(*objs, CPU)
+        assert ours.decode_cudagraph_max_bs == ref.decode_cudagraph_max_bs
+        assert ours.decode_cudagraph_max_bs == ours._engine.builder.decode_cudagraph_max_bs
 
 
 @pytest.mark.parametrize("profile", [None, "vllm-0.34"])
@@ -953,6 +989,25 @@ def test_plugin_leaves_vllms_builders_under_an_unknown_release(monkeypatch, capl
     monkeypatch.setenv("LINMETA_VLLM_ANY_RELEASE", "1")
     assert plugin.register() == ["GDNAttentionBackend", "KimiK3KDAAttentionBackend"]
     assert gdn_backend.get_builder_cls() is LV.GDNAttentionMetadataBuilder
+
+
+def test_errors_are_caught_as_vllms_and_as_linmetas():
+    """Where vLLM's builders raise AssertionError (their assertions) or RuntimeError (torch's
+    errors), linmeta.vllm raises linmeta.vllm.Error: caught by `except AssertionError`,
+    `except RuntimeError` and `except linmeta.Error` (a ValueError) alike; the message is the
+    library's."""
+    import linmeta
+
+    assert issubclass(LV.Error, (linmeta.Error,)) and LV.Error is linmeta._linmeta.vllm.Error
+    for base in (AssertionError, RuntimeError, ValueError, linmeta.Error):
+        assert issubclass(LV.Error, base)
+    case = case_of(four_groups)
+    _, _, _, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
+    acc, drafts = u.step_counts(case["step"])
+    short = ms[0].replace(block_table_tensor=ms[0].block_table_tensor[:1])
+    for caught in (AssertionError, RuntimeError, linmeta.Error):
+        with pytest.raises(caught, match="block_table_tensor has 1 rows"):
+            builders[0].build(0, short, acc, drafts)
 
 
 def test_plugin_entry_point_is_installed():

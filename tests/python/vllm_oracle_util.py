@@ -90,9 +90,8 @@ def load():
 
 def set_profile(monkeypatch, lv, profile):
     """Runs the rest of the test under rules profile `profile` (None: the seed rules), as
-    LINMETA_VLLM_PROFILE would set it at import: every module of linmeta.vllm that reads it."""
-    for mod in (lv, lv._common, lv.gdn, lv.mamba):
-        monkeypatch.setattr(mod, "PROFILE", profile)
+    linmeta.vllm.set_profile() sets it (the one place every class asks)."""
+    monkeypatch.setattr(lv._common, "_profile", profile)
 
 
 def _aligned_state_indices(block_table, seq_lens, kv_cache_spec, mamba_cache_mode):

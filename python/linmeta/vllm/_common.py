@@ -121,7 +121,28 @@ def _vllm_version() -> str | None:
     return v if isinstance(v, str) else None
 
 
-PROFILE = default_profile(os.environ.get("LINMETA_VLLM_PROFILE"), _vllm_version())
+_UNSET = object()
+_profile = _UNSET  # the settled profile (profile(), set_profile())
+
+
+def profile() -> str | None:
+    """The rules profile the builder objects made now follow ("vllm-0.34", "seed"; None: the
+    seed rules). Settled once per process, on first use: set_profile()'s choice when a caller
+    made one, else default_profile() (LINMETA_VLLM_PROFILE, else the running vLLM's version).
+    The one place every class of this package asks."""
+    global _profile
+    if _profile is _UNSET:
+        _profile = default_profile(os.environ.get("LINMETA_VLLM_PROFILE"), _vllm_version())
+    return _profile
+
+
+def set_profile(value: str | None) -> None:
+    """Chooses the rules profile explicitly ("vllm-0.34", "seed", or None for the seed rules)
+    for the builder objects made from now on, instead of the environment's default."""
+    global _profile
+    if value not in (None, "seed", "vllm-0.34"):
+        raise ValueError(f"linmeta.vllm: profile {value!r} must be 'seed', 'vllm-0.34' or None")
+    _profile = value
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -107,6 +108,8 @@ struct Maker {
     if (new_ == nullptr) throw nb::type_error("linmeta.vllm: the metadata class has no __new__");
   }
 
+  [[nodiscard]] PyTypeObject* type() const { return reinterpret_cast<PyTypeObject*>(cls.ptr()); }
+
   /// An instance whose instance __dict__ is `fields` (vLLM's metadata classes are plain
   /// dataclasses, which linmeta.vllm checks: the same as calling __init__ with them).
   [[nodiscard]] nb::object operator()(nb::handle fields) const {
@@ -149,6 +152,23 @@ nb::object checked_builder(nb::handle builder) {
   return nb::borrow(builder);
 }
 
+/// linmeta.vllm.Error: what the engine raises where the library raises linmeta::Error — a
+/// linmeta.Error (a ValueError) that is also an AssertionError and a RuntimeError, the
+/// exceptions vLLM's builders raise in those situations (their assertions; torch's errors), so
+/// that code catching vLLM's builder's exception catches linmeta's too. Made by bind_vllm.
+PyObject* vllm_error = nullptr;
+
+/// `f()`, with a linmeta::Error raised as linmeta.vllm.Error (the same message).
+template <class F>
+auto raising_vllm_errors(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    PyErr_SetString(vllm_error, e.what());
+    throw nb::python_error();
+  }
+}
+
 class Engine;
 /// Every live engine (update_block_table looks up the engine that made a metadata object);
 /// read and written with the GIL held, never destroyed.
@@ -176,7 +196,7 @@ class Engine {
     for (const OutputSpec& spec : kOutputs) {
       if (!spec.is_output() || spec.nested() || !spec.has(kind)) continue;
       nb::str key = interned(spec.name);  // the dataclass's field names are interned
-      if (wanted.contains(key)) keys_.push_back({spec.id, key});
+      if (wanted.contains(key)) keys_.push_back({spec.id, key, has_group_rows(spec)});
     }
     // Each composite dataclass and its fields' rows (vLLM's; the seed KDA's has two of six).
     for (auto [k, c] : classes) {
@@ -199,51 +219,11 @@ class Engine {
   /// The metadata of the step of CommonAttentionMetadata `m` (capture: vLLM's
   /// build_for_cudagraph_capture): one plan and one launch of this object's own builder.
   nb::object build(nb::handle m, nb::handle accepted, nb::handle drafts, bool capture) {
-    const CallGuard guard(*b_, capture ? "build_for_cudagraph_capture" : "build");
-    CallInputs in;
-    in.read(m, accepted, drafts, names_, converts_counts_);
-    Built built = plan(in, in.attr[kBlockTable], capture);
-    commit(std::move(in), std::move(built), capture);
-    return result(fill(copy(defaults_)));
+    return raising_vllm_errors([&] { return build_step(m, accepted, drafts, capture); });
   }
 
-  /// vLLM's update_block_table: `metadata` with its state indices gathered from `table`.
-  /// Metadata this engine made in its last call: one re-gather into its buffers. Metadata
-  /// another engine of the same configuration made in its last call (vLLM's runner hands a
-  /// group's metadata to the other groups' builders of the same spec): this engine builds
-  /// that step from the inputs the other read, with `table`, and checks the step's counts are
-  /// the metadata's.
   nb::object update_block_table(nb::handle metadata, nb::handle table) {
-    const CallGuard guard(*b_, "update_block_table");
-    nb::object d = nb::steal(PyObject_GetAttrString(metadata.ptr(), "__dict__"));
-    if (!d.is_valid()) throw nb::python_error();
-    if (result_.is_valid() && result_.is(d)) {
-      regather(table);
-      return result(fill(copy(d)));
-    }
-    Engine* source = maker_of(d);
-    if (source == nullptr)
-      raise_error("update_block_table takes metadata a linmeta.vllm builder made in its last call");
-    if (source->b_->builder.kind() != b_->builder.kind() ||
-        !config_dict(source->b_->builder.config()).equal(config_dict(b_->builder.config())))
-      raise_error(
-          "update_block_table takes metadata of a builder of the same configuration (this "
-          "metadata's builder has another)");
-    CallInputs in = source->last_;
-    Built built = plan(in, table, source->capture_, "blk_table");
-    const Metadata& theirs = source->meta_;
-    const bool same =
-        static_cast<const StepCounts&>(built.meta) == static_cast<const StepCounts&>(theirs) &&
-        built.num_reqs == source->num_reqs_;
-    commit(std::move(in), std::move(built), source->capture_);  // the builder's buffers are its
-    if (!same) {
-      result_ = nb::object();  // the last result's views show this build now
-      raise_error(
-          "update_block_table: the step's inputs changed in place since this metadata was "
-          "built (its counts are not the step's any more)");
-    }
-    ++rebuilds_;
-    return result(fill(copy(d)));
+    return raising_vllm_errors([&] { return update(metadata, table); });
   }
 
   [[nodiscard]] nb::dict stats() const {
@@ -280,10 +260,70 @@ class Engine {
   }
 
  private:
+  nb::object build_step(nb::handle m, nb::handle accepted, nb::handle drafts, bool capture) {
+    const CallGuard guard(*b_, capture ? "build_for_cudagraph_capture" : "build");
+    CallInputs in;
+    in.read(m, accepted, drafts, names_, converts_counts_);
+    Built built = plan(in, in.attr[kBlockTable], capture);
+    commit(std::move(in), std::move(built), capture);
+    return result(fill(copy(defaults_)));
+  }
+
+  /// vLLM's update_block_table: `metadata` with its state indices gathered from `table`.
+  /// Metadata this engine made in its last call: one re-gather into its buffers. Metadata
+  /// another engine of the same configuration made in its last call (vLLM's runner hands a
+  /// group's metadata to the other groups' builders of the same spec): this engine builds
+  /// that step from the inputs the other read, with `table`, and checks the step's counts are
+  /// the metadata's.
+  nb::object update(nb::handle metadata, nb::handle table) {
+    const CallGuard guard(*b_, "update_block_table");
+    nb::object d = nb::steal(PyObject_GetAttrString(metadata.ptr(), "__dict__"));
+    if (!d.is_valid()) throw nb::python_error();
+    if (result_.is_valid() && result_.is(d)) {
+      regather(table);
+      return result(fill(copy(d), /*group_rows_only=*/true));
+    }
+    Engine* source = maker_of(d);
+    if (source == nullptr)
+      raise_error("update_block_table takes metadata a linmeta.vllm builder made in its last call");
+    if (source->b_->builder.kind() != b_->builder.kind() ||
+        !config_dict(source->b_->builder.config()).equal(config_dict(b_->builder.config())))
+      raise_error(
+          "update_block_table takes metadata of a builder of the same configuration (this "
+          "metadata's builder has another)");
+    CallInputs in = source->last_;
+    Built built = plan(in, table, source->capture_, "blk_table");
+    const Metadata& theirs = source->meta_;
+    const bool same =
+        static_cast<const StepCounts&>(built.meta) == static_cast<const StepCounts&>(theirs) &&
+        built.num_reqs == source->num_reqs_;
+    commit(std::move(in), std::move(built), source->capture_);  // the builder's buffers are its
+    if (!same) {
+      result_ = nb::object();  // the last result's views show this build now
+      raise_error(
+          "update_block_table: the step's inputs changed in place since this metadata was "
+          "built (its counts are not the step's any more)");
+    }
+    ++rebuilds_;
+    return result(fill(copy(d), /*group_rows_only=*/true));
+  }
+
   struct Key {
     Out id;
     nb::str name;
+    bool group;  ///< the row or a member of its composite is Scope::Group
   };
+
+  /// Whether top-level row `spec` is, or holds (a composite's members, at any depth), a row
+  /// of Scope::Group: what update_block_table re-gathers.
+  static bool has_group_rows(const OutputSpec& spec) {
+    const size_t n = std::strlen(spec.name);
+    for (const OutputSpec& row : kOutputs)
+      if (row.is_output() && row.scope == Scope::Group &&
+          (row.id == spec.id || (std::strncmp(row.name, spec.name, n) == 0 && row.name[n] == '.')))
+        return true;
+    return false;
+  }
   /// The block table of the last call.
   struct GroupTable {
     nb::object object;
@@ -408,8 +448,11 @@ class Engine {
   }
 
   /// Sets every field of `out` from the last call's metadata: arrays of the builder's buffers
-  /// as new view objects, the caller's arrays as the caller's objects.
-  nb::dict fill(nb::dict out) {
+  /// as new view objects, the caller's arrays as the caller's objects. `group_rows_only`
+  /// (update_block_table: `out` is a copy of the metadata handed in): only the group's rows
+  /// (Key::group), every batch-level field staying the metadata's very object, as vLLM's
+  /// dataclasses.replace keeps them.
+  nb::dict fill(nb::dict out, bool group_rows_only = false) {
     exporter_.begin_result();
     CallerArrays ca;
     ca.seq_lens = last_.attr[kSeqLens];
@@ -422,7 +465,9 @@ class Engine {
     ca.drafts = last_.drafts;
     ca.drafts_data = drafts_;
     for (const Key& k : keys_) {
-      nb::object v = value(output_spec(k.id), meta_, ca);
+      const OutputSpec& spec = output_spec(k.id);
+      if (group_rows_only && !k.group) continue;
+      nb::object v = group_rows_only ? value(spec, meta_, ca, out[k.name]) : value(spec, meta_, ca);
       // vLLM gathers int64 counts in their dtype unless it writes its own int32 buffer
       // (Built::accepted_int32); the caller's tensor where it is handed back is in it.
       if (k.id == Out::NumAcceptedTokens && !accepted_int32_ && !v.is_none() &&
@@ -436,14 +481,25 @@ class Engine {
   /// Row `spec`'s value in `m`: a composite configured as a dataclass made from its
   /// fields' rows (a field linmeta has no row for is None), any other row as the exporter
   /// makes it.
-  nb::object value(const OutputSpec& spec, const Metadata& m, const CallerArrays& ca) {
+  ///
+  /// `source` (update_block_table): the metadata's own value of the row; a composite dataclass
+  /// is then that object with only its group's members made anew (vLLM's
+  /// regather_state_indices: dataclasses.replace), the other members its very objects.
+  nb::object value(const OutputSpec& spec, const Metadata& m, const CallerArrays& ca,
+                   nb::handle source = nb::handle()) {
     const CompositeClass* c = composites_[static_cast<size_t>(spec.id)].get();
     if (c == nullptr) return exporter_.value(spec, m, ca);
     const FieldRef r = spec.field(const_cast<Metadata&>(m));
     if (!r || !r.present()) return nb::none();
-    nb::dict fields;
-    for (const auto& [name, row] : c->fields)
-      fields[name] = row != nullptr ? value(*row, m, ca) : nb::none();
+    const bool replace =
+        source.is_valid() && !source.is_none() && PyObject_TypeCheck(source.ptr(), c->type());
+    nb::dict fields = replace ? copy(source.attr("__dict__")) : nb::dict();
+    for (const auto& [name, row] : c->fields) {
+      if (replace && (row == nullptr || !has_group_rows(*row))) continue;
+      fields[name] = row == nullptr ? nb::none()
+                     : replace      ? value(*row, m, ca, source.attr(name))
+                                    : value(*row, m, ca);
+    }
     return c->make(fields);
   }
 
@@ -462,6 +518,7 @@ class Engine {
   struct CompositeClass {
     Maker make;
     std::vector<std::pair<nb::str, const OutputSpec*>> fields;
+    [[nodiscard]] PyTypeObject* type() const { return make.type(); }
   };
   /// By the composite's row (nested ones too); null: returned as a dict.
   std::array<std::unique_ptr<CompositeClass>, kNumOutputs> composites_;
@@ -490,6 +547,15 @@ class Engine {
 
 void bind_vllm(nb::module_& m) {
   nb::module_ sub = m.def_submodule("vllm", "The native half of linmeta.vllm.");
+  nb::object bases = nb::make_tuple(m.attr("Error"), nb::handle(PyExc_AssertionError),
+                                    nb::handle(PyExc_RuntimeError));
+  vllm_error = PyErr_NewExceptionWithDoc(
+      "linmeta._linmeta.vllm.Error",
+      "What linmeta.vllm's builders raise where vLLM's raise AssertionError or RuntimeError: "
+      "a linmeta.Error (ValueError) that is also an AssertionError and a RuntimeError.",
+      bases.ptr(), nullptr);
+  if (vllm_error == nullptr) throw nb::python_error();
+  sub.attr("Error") = nb::handle(vllm_error);  // the module keeps a reference too
   nb::class_<Engine>(sub, "Engine", nb::type_slots(GcSlots<Engine>::slots),
                      nb::is_weak_referenceable(),
                      "The native half of one linmeta.vllm builder object, over its own "
