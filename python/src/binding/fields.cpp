@@ -99,7 +99,7 @@ nb::object FieldExporter::value(const OutputSpec& spec, const Metadata& m, const
       if (!a.present) return nb::none();
       nb::list l;  // a new list each time, as vLLM's
       for (int64_t i = 0; i < a.size(); ++i) l.append(nb::int_(a.at(i)));
-      return std::move(l);
+      return l;
     }
     case FieldType::Composite:
       return composite(spec, m, in);
@@ -131,9 +131,9 @@ nb::object FieldExporter::composite(const OutputSpec& spec, const Metadata& m,
   if (spec.id == Out::NumsDict) {
     nb::dict outer;
     outer[nb::int_(kConvBlock)] = d;
-    return std::move(outer);
+    return outer;
   }
-  return std::move(d);
+  return d;
 }
 
 }  // namespace linmeta::py
