@@ -14,16 +14,16 @@ own loop over the groups (``loop``):
 * ``adapter``   linmeta.vllm's builders, called the same way, every field read as a torch
                 tensor (what an engine gets; fields are read with one operator.attrgetter
                 over their names, as attribute loads in an engine's code, in every column);
-* ``native``    linmeta's own host time of the same build (plan + pack + enqueue + the
-                returned Metadata, the sum of ``last_timing``'s phases), the floor the
-                adapter wraps;
+* ``native``    linmeta's own host time of the same builds (plan + pack + enqueue + the
+                returned Metadata, the sum of ``last_timing``'s phases over the G builder
+                objects' native builders), the floor the adapter wraps;
 * ``py-api``    linmeta's generic Python API (``build_groups`` + every field exported as a
                 torch tensor), for reference;
 * ``adapter - native``: what the Python layer adds (the median over the timed steps of
                 each step's adapter time minus that step's own native time), of which
-* ``engine``    the native engine's calls alone (``Engine.build`` of every group, as
-                ``build()`` makes them: the native build, reading CommonAttentionMetadata,
-                importing the tensors, the result dicts), and
+* ``engine``    the native engines' calls alone (``Engine.build`` of every group's builder
+                object, as ``build()`` makes them: the native build, reading
+                CommonAttentionMetadata, importing the tensors, the result dicts), and
 * ``read``      reading every field of the G returned objects;
                 the rest (adapter - engine - read) is ``build()`` above them (the Python
                 method and the dataclass);
@@ -270,105 +270,100 @@ def main():
     import linmeta
 
     seeds, runner, lv = load()
-    prefetch_default = lv._common.PREFETCH_TABLES
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     seed_iters = args.seed_iters or max(20, args.iters // 10)
     rows = []
     print(f"linmeta.vllm bench: device {device}, torch {torch.__version__}, "
           f"iters {args.iters} (seed {seed_iters}) x {args.repeats}")
-    header = (f"{'workload':<14} {'G':>2} {'prefetch':>8} {'seed':>9} {'adapter':>9} "
+    header = (f"{'workload':<14} {'G':>2} {'seed':>9} {'adapter':>9} "
               f"{'native':>8} {'py-api':>8} {'adapter-native':>15} {'seed/adapter':>12} "
               f"{'engine':>8} {'read':>6} {'loop':>5}")
     print(header)
     for wl in args.workloads.split(","):
         for groups in (int(x) for x in args.groups.split(",")):
-            for prefetch in ([False, True] if groups > 1 else [False]):
-                rng = np.random.default_rng(1)
-                kind, config, step = workload(wl, groups, device, rng)
-                ms, accepted, drafts, objs = make_inputs(runner, kind, config, step, groups, device, rng)
-                our_cls = {"gdn": lv.GDNAttentionMetadataBuilder,
-                           "kda": lv.KimiK3KDAMetadataBuilder}[kind]
-                lv._common.PREFETCH_TABLES = prefetch  # read when the engine is made
-                ours_b = [our_cls(s, n, vc, device) for s, n, vc in objs]
-                names = [f.name for f in __import__("dataclasses").fields(ours_b[0]._cls)]
+            rng = np.random.default_rng(1)
+            kind, config, step = workload(wl, groups, device, rng)
+            ms, accepted, drafts, objs = make_inputs(runner, kind, config, step, groups, device, rng)
+            our_cls = {"gdn": lv.GDNAttentionMetadataBuilder,
+                       "kda": lv.KimiK3KDAMetadataBuilder}[kind]
+            ours_b = [our_cls(s, n, vc, device) for s, n, vc in objs]
+            names = [f.name for f in __import__("dataclasses").fields(ours_b[0]._cls)]
 
-                read_all = reader(names)
+            read_all = reader(names)
 
-                def run(builders):
-                    for b, m in zip(builders, ms):
-                        read_all(b.build(0, m, accepted, drafts))
+            def run(builders):
+                for b, m in zip(builders, ms):
+                    read_all(b.build(0, m, accepted, drafts))
 
-                def run_loop(builders):  # run() without the calls: the bench's own part
-                    for b, m in zip(builders, ms):
-                        pass
+            def run_loop(builders):  # run() without the calls: the bench's own part
+                for b, m in zip(builders, ms):
+                    pass
 
-                t_loop = timed(lambda: run_loop(ours_b), args.iters, args.repeats, sync)
-                t_seed = None
-                if seeds is not None:
-                    seed_cls = {"gdn": seeds.gdn.GDNAttentionMetadataBuilder,
-                                "kda": seeds.kda.KimiK3KDAMetadataBuilder}[kind]
-                    seed_b = [seed_cls(s, n, vc, device) for s, n, vc in objs]
-                    # Equal outputs first (a bench of wrong answers is worthless).
-                    runner.clear_step_cache(seeds)
-                    for b, m, ours in zip(seed_b, ms, ours_b):
-                        ref = b.build(0, m, accepted, drafts)
-                        got = ours.build(0, m, accepted, drafts)
-                        for n in names:
-                            r, o = getattr(ref, n), getattr(got, n)
-                            if isinstance(r, torch.Tensor):
-                                assert o.dtype == r.dtype and torch.equal(o.cpu(), r.cpu()), n
-                    runner.clear_step_cache(seeds)
-                    t_seed = timed(lambda: run(seed_b), seed_iters, args.repeats, sync) - t_loop
-                eng = ours_b[0]._engine
+            t_loop = timed(lambda: run_loop(ours_b), args.iters, args.repeats, sync)
+            t_seed = None
+            if seeds is not None:
+                seed_cls = {"gdn": seeds.gdn.GDNAttentionMetadataBuilder,
+                            "kda": seeds.kda.KimiK3KDAMetadataBuilder}[kind]
+                seed_b = [seed_cls(s, n, vc, device) for s, n, vc in objs]
+                # Equal outputs first (a bench of wrong answers is worthless).
+                runner.clear_step_cache(seeds)
+                for b, m, ours in zip(seed_b, ms, ours_b):
+                    ref = b.build(0, m, accepted, drafts)
+                    got = ours.build(0, m, accepted, drafts)
+                    for n in names:
+                        r, o = getattr(ref, n), getattr(got, n)
+                        if isinstance(r, torch.Tensor):
+                            assert o.dtype == r.dtype and torch.equal(o.cpu(), r.cpu()), n
+                runner.clear_step_cache(seeds)
+                t_seed = timed(lambda: run(seed_b), seed_iters, args.repeats, sync) - t_loop
+            natives = [b._engine.builder for b in ours_b]
 
-                def native_us():
-                    t = eng.builder.last_timing
-                    return sum(t.values()) / 1e3
+            def native_us():
+                return sum(sum(n.last_timing.values()) for n in natives) / 1e3
 
-                t_adapter, t_native, t_over = timed(lambda: run(ours_b), args.iters,
-                                                    args.repeats, sync, native_us)
-                t_adapter, t_over = t_adapter - t_loop, t_over - t_loop
-                # The generic Python API on a builder of its own.
-                api = linmeta.MetadataBuilder(
-                    kind, **eng.config, target="cuda" if device.type == "cuda" else "host",
-                    num_groups=groups, array_type="torch")
-                stream = 0 if device.type != "cuda" else torch.cuda.current_stream().cuda_stream
-                kw = linmeta.step_kwargs(ms[0], accepted, drafts)
-                kw.pop("block_table")
-                tabs = [m.block_table_tensor for m in ms]
-                api_names = [n for n in linmeta.fields_of(kind) if "." not in n]
+            t_adapter, t_native, t_over = timed(lambda: run(ours_b), args.iters,
+                                                args.repeats, sync, native_us)
+            t_adapter, t_over = t_adapter - t_loop, t_over - t_loop
+            # The generic Python API on a builder of its own.
+            api = linmeta.MetadataBuilder(
+                kind, **natives[0].config, target="cuda" if device.type == "cuda" else "host",
+                num_groups=groups, array_type="torch")
+            stream = 0 if device.type != "cuda" else torch.cuda.current_stream().cuda_stream
+            kw = linmeta.step_kwargs(ms[0], accepted, drafts)
+            kw.pop("block_table")
+            tabs = [m.block_table_tensor for m in ms]
+            api_names = [n for n in linmeta.fields_of(kind) if "." not in n]
 
-                read_api = reader(api_names)
+            read_api = reader(api_names)
 
-                def run_api():
-                    for md in api.build_groups(block_tables=tabs, stream=stream, **kw):
-                        read_api(md)
+            def run_api():
+                for md in api.build_groups(block_tables=tabs, stream=stream, **kw):
+                    read_api(md)
 
-                t_api = timed(run_api, args.iters, args.repeats, sync)
-                # The parts of the adapter's time: its native engine calls, and the field reads.
-                native_engine = eng.native
+            t_api = timed(run_api, args.iters, args.repeats, sync)
+            # The parts of the adapter's time: its native engine calls, and the field reads.
+            engines = [b._engine for b in ours_b]
 
-                def run_engine():
-                    for b, m in zip(ours_b, ms):
-                        native_engine.build(b._group, m, accepted, drafts, False, True)
+            def run_engine():
+                for e, m in zip(engines, ms):
+                    e.build(m, accepted, drafts, False)
 
-                t_session = timed(run_engine, args.iters, args.repeats, sync)
-                mds = [b.build(0, m, accepted, drafts) for b, m in zip(ours_b, ms)]
-                t_read = timed(lambda: [read_all(md) for md in mds], args.iters,
-                               args.repeats, sync)
-                row = dict(workload=wl, groups=groups, prefetch=prefetch, seed_us=t_seed,
-                           adapter_us=t_adapter, native_us=t_native,
-                           adapter_minus_native_us=t_over, py_api_us=t_api,
-                           engine_us=t_session, read_us=t_read, loop_us=t_loop,
-                           device=str(device), torch=torch.__version__)
-                rows.append(row)
-                seed = ("-", "-") if t_seed is None else (f"{t_seed:.1f}",
-                                                          f"{t_seed / t_adapter:.1f}x")
-                print(f"{wl:<14} {groups:>2} {str(prefetch):>8} {seed[0]:>9} {t_adapter:9.1f} "
-                      f"{t_native:8.1f} {t_api:8.1f} {t_over:15.1f} "
-                      f"{seed[1]:>12} {t_session:8.1f} {t_read:6.1f} {t_loop:5.2f}")
-    lv._common.PREFETCH_TABLES = prefetch_default
+            t_session = timed(run_engine, args.iters, args.repeats, sync)
+            mds = [b.build(0, m, accepted, drafts) for b, m in zip(ours_b, ms)]
+            t_read = timed(lambda: [read_all(md) for md in mds], args.iters,
+                           args.repeats, sync)
+            row = dict(workload=wl, groups=groups, seed_us=t_seed,
+                       adapter_us=t_adapter, native_us=t_native,
+                       adapter_minus_native_us=t_over, py_api_us=t_api,
+                       engine_us=t_session, read_us=t_read, loop_us=t_loop,
+                       device=str(device), torch=torch.__version__)
+            rows.append(row)
+            seed = ("-", "-") if t_seed is None else (f"{t_seed:.1f}",
+                                                      f"{t_seed / t_adapter:.1f}x")
+            print(f"{wl:<14} {groups:>2} {seed[0]:>9} {t_adapter:9.1f} "
+                  f"{t_native:8.1f} {t_api:8.1f} {t_over:15.1f} "
+                  f"{seed[1]:>12} {t_session:8.1f} {t_read:6.1f} {t_loop:5.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

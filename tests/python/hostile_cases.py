@@ -264,6 +264,8 @@ def array_variants(kind, required):
         add("numpy-empty", lambda v: v[:0].copy())
     if item > 1:
         add("numpy-unaligned", _unaligned)
+    else:  # a uint8 array viewed as bool: byte 2 is no bool readers agree on
+        add("numpy-bool-byte-2", lambda v: _odd_bool_bytes(v.view(np.uint8)).view(np.bool_))
     if torch is not None:
         add_torch_variants(add, kind)
     # Python objects that are no arrays (or arrays of bytes).
@@ -330,12 +332,37 @@ def add_torch_variants(add, kind):
         add("torch-expanded", lambda v: t(v)[:1].expand(v.shape[0]))
         add("torch-2d", lambda v: t(v).reshape(-1, 1))
     add("torch-storage-offset", lambda v: torch.cat([t(v)[:1], t(v)])[1:], OK)
+    # Raw memory that is not the tensor's values: the negative bit (a lazy negation), the
+    # conjugate bit (complex only), bool bytes other than 0 / 1; nested tensors (no strides).
+    if kind != "bool" and hasattr(torch, "_neg_view"):
+        add("torch-negative-bit", lambda v: torch._neg_view(-t(v)))
+    add("torch-conjugate-bit", lambda v: t(v).to(torch.complex64).conj())
+    if kind == "bool":
+        add("torch-bool-byte-2",
+            lambda v: torch.from_numpy(_odd_bool_bytes(v.view(np.uint8))).view(torch.bool))
+    if hasattr(torch, "nested"):
+        add("torch-nested", _nested)
 
 
 if torch is not None:
 
     class _TensorSub(torch.Tensor):
         pass
+
+
+def _odd_bool_bytes(raw):
+    """A copy of uint8 array `raw` with byte 2 in its first element."""
+    raw = raw.copy()
+    raw[0] = 2
+    return raw
+
+
+def _nested(v):
+    import warnings
+
+    with warnings.catch_warnings():  # torch 1.13: a prototype
+        warnings.simplefilter("ignore")
+        return torch.nested.nested_tensor([torch.from_numpy(v.copy())])
 
 
 def _strides(v):
@@ -916,13 +943,181 @@ def vllm_cases():
     return out
 
 
+# ------------------------------------------- linmeta.vllm: engine, re-entry, reuse, threads
+
+
+class Reenter:
+    """An array (`t`'s memory) whose __array_interface__ or __dlpack__ first calls `inner`,
+    keeping what it raised."""
+
+    def __init__(self, t, inner, dlpack):
+        self._t, self._inner, self._dlpack, self.raised = t, inner, dlpack, None
+
+    def _enter(self):
+        try:
+            self._inner()
+        except Exception as e:  # noqa: BLE001 - read by the case
+            self.raised = e
+
+    @property
+    def __array_interface__(self):
+        if self._dlpack:
+            raise AttributeError("__array_interface__")
+        self._enter()
+        return self._t.numpy().__array_interface__
+
+    def __dlpack__(self, *args, **kwargs):
+        if not self._dlpack:
+            raise AttributeError("__dlpack__")
+        self._enter()
+        return self._t.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        if not self._dlpack:
+            raise AttributeError("__dlpack_device__")
+        return self._t.__dlpack_device__()
+
+
+def in_two_threads(run):
+    """run(0) and run(1) in two threads, with a GIL switch interval of a microsecond (a
+    switch inside nearly every call that runs Python code)."""
+    import threading
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+
+
+def _fresh_gdn(name, m, accepted, drafts):
+    """The step of `m` built by a new linmeta.vllm GDN builder of public case `name`'s
+    configuration."""
+    import vllm_oracle_util as u
+
+    seeds, runner, lv = u.load()
+    case = next(c for c in u.load_cases() if c["name"].startswith(name))
+    b = lv.GDNAttentionMetadataBuilder(*u.vllm_objects(runner, case["config"], 1)[0],
+                                       torch.device("cpu"))
+    return b.build(0, m, accepted, drafts)
+
+
+def _same(got, want, what):
+    import vllm_oracle_util as u
+
+    d = u.diff(got, want)
+    if d:
+        raise AssertionError(f"{what}: {d[:3]}")
+
+
+def _reentry(dlpack):
+    """A build whose host input builds again with the same builder object: the inner call is
+    refused (linmeta.Error), the outer is its own step's."""
+    builders, ms, accepted, drafts, _ = _vllm_context("E3 ")
+    b, m = builders[0], ms[0]
+    bad = Reenter(m.seq_lens_cpu_upper_bound, lambda: b.build(0, m, accepted, drafts), dlpack)
+    md = b.build(0, m.replace(seq_lens_cpu_upper_bound=bad), accepted, drafts)
+    if not (isinstance(bad.raised, linmeta.Error) and "entered while" in str(bad.raised)):
+        raise AssertionError(f"the re-entered build was not refused: {bad.raised!r}")
+    _same(md, _fresh_gdn("E3 ", m, accepted, drafts), "the outer build")
+
+
+def _in_place_reuse(seed):
+    """Steps written into the same tensors (vLLM's persistent buffers): every build reads
+    them afresh and equals a new builder's (fixed seed: the sequence lengths grow by random
+    amounts, the accepted counts are random)."""
+    import random
+
+    rng = random.Random(seed)
+    builders, ms, accepted, drafts, _ = _vllm_context("E3 ")
+    b, m = builders[0], ms[0]
+    acc = accepted.clone()
+    lens, upper = m.seq_lens.clone(), m.seq_lens_cpu_upper_bound.clone()
+    m = m.replace(seq_lens=lens, seq_lens_cpu_upper_bound=upper)
+    for step in range(12):
+        grow = torch.tensor([rng.randint(0, 9) for _ in range(len(lens))], dtype=torch.int32)
+        lens += grow
+        upper.copy_(lens)
+        acc.copy_(torch.tensor([rng.randint(1, 3) for _ in range(len(acc))], dtype=torch.int32))
+        _same(b.build(0, m, acc, drafts), _fresh_gdn("E3 ", m, acc, drafts), f"step {step}")
+
+
+def _two_threads(shared):
+    """Two threads build (each 30 times) with their own builder objects of one configuration
+    (shared=False: every build its own step's) or with one builder object (shared=True: a
+    build either returns its own step's or is refused with the re-entry error)."""
+    builders, ms, accepted, drafts, _ = _vllm_context("E3 ")
+    import vllm_oracle_util as u
+
+    seeds, runner, lv = u.load()
+    case = next(c for c in u.load_cases() if c["name"].startswith("E3 "))
+    own = [lv.GDNAttentionMetadataBuilder(*u.vllm_objects(runner, case["config"], 1)[0],
+                                          torch.device("cpu")) for _ in range(2)]
+    m = ms[0]
+    steps = [m, m.replace(seq_lens=m.seq_lens + 7, seq_lens_cpu_upper_bound=m.seq_lens + 7)]
+    steps = [s.replace(seq_lens_cpu_upper_bound=Reenter(s.seq_lens_cpu_upper_bound,
+                                                         lambda: None, False))
+             for s in steps]  # read through Python code: GIL switches inside the builds
+    want = [_fresh_gdn("E3 ", s, accepted, drafts).num_prefill_tokens for s in steps]
+    want = [(w, _fresh_gdn("E3 ", s, accepted, drafts).spec_state_indices_tensor.tolist())
+            for w, s in zip(want, steps)]
+    bad = []
+
+    def run(i):
+        b = own[0] if shared else own[i]
+        for _ in range(30):
+            try:
+                md = b.build(0, steps[i], accepted, drafts)
+            except linmeta.Error as e:
+                if not shared or "entered while" not in str(e):
+                    bad.append(repr(e))
+                continue
+            got = (md.num_prefill_tokens, md.spec_state_indices_tensor.tolist())
+            if got != want[i]:
+                bad.append(f"thread {i} got another step's metadata")
+
+    in_two_threads(run)
+    if bad:
+        raise AssertionError(bad[:3])
+
+
+def vllm_engine_cases():
+    """linmeta._linmeta.vllm.Engine's builder argument; re-entry from an input's
+    __array_interface__ / __dlpack__; inputs reused in place across steps; two threads."""
+    out = []
+
+    def engine(builder):
+        from linmeta.vllm.local import local_class
+
+        return linmeta._linmeta.vllm.Engine(builder, local_class("gdn"), {}, {})
+
+    for label, make in (("object", object), ("none", lambda: None), ("int", lambda: 5),
+                        ("two-groups", lambda: linmeta.MetadataBuilder("gdn", num_groups=2))):
+        out.append(Case("vllm.Engine:builder", label, lambda make=make: engine(make()), RAISE,
+                        "MetadataBuilder|one KV-cache group"))
+    for label, dlpack in (("array-interface", False), ("dlpack", True)):
+        out.append(Case("vllm.gdn.build:reentry", label, lambda d=dlpack: _reentry(d), OK, ""))
+    for seed in (40, 41):
+        out.append(Case("vllm.gdn.build:in-place-reuse", f"seed-{seed}",
+                        lambda seed=seed: _in_place_reuse(seed), OK, ""))
+    for label, shared in (("own-builders", False), ("one-builder", True)):
+        out.append(Case("vllm.gdn.build:two-threads", label,
+                        lambda shared=shared: _two_threads(shared), OK, ""))
+    return out
+
+
 # ----------------------------------------------------------------------------------- running
 
 
 def all_cases():
     cases = plain_cases()
     if vllm_available():
-        cases += vllm_cases()
+        cases += vllm_cases() + vllm_engine_cases()
     return cases
 
 

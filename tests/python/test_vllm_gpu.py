@@ -52,11 +52,9 @@ def test_public_case_cuda(case):
     assert check(case) == []
 
 
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_random_steps_cuda(prefetch, monkeypatch):
+def test_random_steps_cuda():
     """Every fourth step hands build() int64 counts."""
-    monkeypatch.setattr(LV._common, "PREFETCH_TABLES", prefetch)
-    seed = RUN_SEED + prefetch
+    seed = RUN_SEED
     rng = random.Random(seed)
     failures = []
     for i in range(RANDOM_STEPS):
@@ -196,8 +194,7 @@ def test_builds_run_on_torchs_current_stream(index):
             m.block_table_tensor.copy_(t)
         got = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
     side.synchronize()
-    stats = builders[0]._engine.native.stats
-    assert stats["plans"] == 2 and stats["served"] == 6
+    assert [b._engine.stats["plans"] for b in builders] == [2] * len(builders)
     RUNNER.clear_step_cache(SEEDS)
     refs = [SEEDS.gdn.GDNAttentionMetadataBuilder(*o, torch.device(dev))
             for o in u.vllm_objects(RUNNER, case["config"], len(ms))]

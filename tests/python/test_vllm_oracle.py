@@ -6,7 +6,7 @@ distribution; the seed is fixed, printed on failure, and LINMETA_TEST_SEED overr
 LINMETA_VLLM_RANDOM_STEPS the count), compared object to object: every field's value, dtype,
 shape, device and None-ness, the dataclass types, nums_dict's structure, KDA's commit /
 checkpoint objects and the RecoverSSM context. Then the adapter's own behaviour: one plan per
-step for every KV-cache group (the native engine's stats), table prefetch, update_block_table,
+step per builder object (the native engine's stats), update_block_table,
 FULL-graph addresses, the plugin, vLLM's call signatures and attributes, and that nothing is
 kept alive after the builders are gone.
 """
@@ -87,13 +87,6 @@ def test_random_steps():
     _random_steps(RANDOM_STEPS, RUN_SEED)
 
 
-def test_random_steps_without_table_prefetch(monkeypatch):
-    """LINMETA_VLLM_PREFETCH_TABLES=0: a plan gathers every group from the planning group's
-    table, the others re-gather when served."""
-    monkeypatch.setattr(LV._common, "PREFETCH_TABLES", False)
-    _random_steps(max(RANDOM_STEPS // 5, 50), RUN_SEED + 1)
-
-
 def _random_steps(steps, seed):
     rng = random.Random(seed)
     failures = []
@@ -136,8 +129,7 @@ def _random_steps(steps, seed):
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_steps_of_the_same_builders_equal_fresh_builders(kind):
-    """A plan's result starts from the last step's where a field keeps its value: random
-    steps of one configuration through the same builder objects (four KV-cache groups, int32
+    """Random steps of one configuration through the same builder objects (four KV-cache groups, int32
     and int64 counts) equal each step built by fresh builders (which the other tests hold to
     the seed)."""
     rng = random.Random(RUN_SEED + 3)
@@ -163,7 +155,7 @@ def test_steps_of_the_same_builders_equal_fresh_builders(kind):
         for g in range(groups):  # (a KDA builder object's own RecoverSSM context aside)
             assert u.diff(ours[g], fresh[g], skip=("recoverssm_context",)) == [], (g, where)
         compared += 1
-    assert builders[0]._engine.native.stats["plans"] == compared
+    assert builders[0]._engine.stats["plans"] == compared
 
 
 def test_seed_error_cases():
@@ -174,8 +166,9 @@ def test_seed_error_cases():
     for case in u.load_cases(u.SEED_ERRORS):
         etype = case["error"]["type"]
         if etype == "ValueError":
-            with pytest.raises(ValueError, match="activation capacity"):
+            with pytest.raises(ValueError, match="activation capacity") as raised:
                 u.run_case(SEEDS, RUNNER, LV, case)
+            assert isinstance(raised.value, LV.Error)  # and linmeta.Error
             rejected += 1
         else:
             assert etype == "UnboundLocalError", etype
@@ -237,33 +230,19 @@ def test_kda_capture_builds_carry_the_recoverssm_context():
 # ------------------------------------------------------------- groups, plans and the tables
 
 
-def test_groups_are_served_from_one_plan():
-    """Four KV-cache groups of one step: one plan, three groups served from it; the step
-    after plans again; a group calling twice in a step, other step objects (the runner hands
-    every group the very same ones) or other values are a new step, each still correct."""
+def test_every_builder_object_plans_its_own_steps():
+    """Four KV-cache groups of one step: each builder object plans every call of its own
+    (nothing is served from another object's plan), a group calling twice in a step too;
+    every result equals the seed's."""
     case = case_of(four_groups)
     ours, ref, err, (builders, refs, ms) = u.run_case(SEEDS, RUNNER, LV, case)
     assert err is None and compare_groups(case, ours, ref) == []
-    native = builders[0]._engine.native
-    assert all(b._engine.native is native for b in builders)
-    assert builders[0]._engine.builder.num_groups == 4
-    assert [b._group for b in builders] == [0, 1, 2, 3]
-    s0 = native.stats
-    assert (s0["plans"], s0["served"]) == (1, 3)
+    assert [b._engine.stats["plans"] for b in builders] == [1, 1, 1, 1]
     acc, drafts = u.step_counts(case["step"])
-    for b, m in zip(builders, ms):  # the next step: every group again, one plan
-        b.build(0, m, acc, drafts)
-    s1 = native.stats
-    assert (s1["plans"], s1["served"]) == (2, 6)
-    builders[0].build(0, ms[0], acc, drafts)  # then group 0 again: a new step
-    assert native.stats["plans"] == 3
-    m2 = ms[1].replace(query_start_loc_cpu=ms[1].query_start_loc_cpu.clone())
-    got = builders[1].build(0, m2, acc, drafts)  # equal values, another tensor: a new step
-    assert native.stats["plans"] == 4
-    assert compare_groups(case, [ours[0], got], ref[:2]) == []
-    m3 = ms[2].replace(num_actual_tokens=ms[2].num_actual_tokens + 1)
-    builders[2].build(0, m3, acc, drafts)  # a different step: planned afresh
-    assert native.stats["plans"] == 5 and native.stats["served"] == 6
+    again = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
+    again[0] = builders[0].build(0, ms[0], acc, drafts)
+    assert [b._engine.stats["plans"] for b in builders] == [3, 2, 2, 2]
+    assert compare_groups(case, again, ref) == []
 
 
 def test_a_result_changed_by_its_caller_changes_no_other_result():
@@ -291,92 +270,27 @@ def test_engine_refuses_a_metadata_class_that_is_no_class():
     case = case_of(four_groups)
     _, _, err, (builders, _, _) = u.run_case(SEEDS, RUNNER, LV, case)
     assert err is None
-    engine = builders[0]._engine
-    for cls in (42, engine.cls.__new__(engine.cls)):
+    b = builders[0]
+    for cls in (42, b._cls.__new__(b._cls)):
         with pytest.raises(TypeError, match="must be a class"):
-            LV._common._linmeta.vllm.Engine(engine.builder, cls, engine.defaults, {}, False)
+            LV._common._linmeta.vllm.Engine(b._engine.builder, cls, {}, {})
 
 
 def test_engine_refuses_a_composite_class_for_no_composite_field():
     case = case_of(four_groups)
     _, _, err, (builders, _, _) = u.run_case(SEEDS, RUNNER, LV, case)
     assert err is None
-    engine = builders[0]._engine
+    b = builders[0]
     for name in ("num_prefills", "no_such_field", "nums_dict"):
         with pytest.raises(LV._common._linmeta.Error, match=f"'{name}' names no composite"):
-            LV._common._linmeta.vllm.Engine(engine.builder, engine.cls, engine.defaults,
-                                            {name: engine.cls}, False)
+            LV._common._linmeta.vllm.Engine(b._engine.builder, b._cls,
+                                            LV._common.defaults(b._cls), {name: b._cls})
 
 
-def _prefetch_case(seq_len, width, tables=None):
-    tables = tables or [
-        [[100 * g + 10 * r + c for c in range(width)] for r in range(2)] for g in range(2)
-    ]
-    return {
-        "name": f"prefetch/{seq_len}",
-        "builder": "gdn",
-        "mode": "build",
-        "config": {
-            "num_spec": 0, "max_num_seqs": 8, "max_num_batched_tokens": 256,
-            "full_cuda_graph": False, "max_cudagraph_capture_size": None,
-            "mamba_cache_mode": "align", "block_size": 16, "num_speculative_blocks": 0,
-            "use_recoverssm": False, "num_prefill_checkpoint_blocks": 0,
-        },
-        "step": {
-            "query_start_loc": [0, 1, 2], "seq_lens": [seq_len, seq_len],
-            "seq_lens_cpu_upper_bound": [seq_len, seq_len], "is_prefilling": [False, False],
-            "num_actual_tokens": 2, "block_table": tables[0], "groups": tables,
-            "num_accepted_tokens": None, "num_decode_draft_tokens_cpu": None,
-        },
-    }
-
-
-def test_table_prefetch_skips_a_narrower_table_of_the_last_step(monkeypatch):
-    """The first group's launch gathers every group from the table that group used the step
-    before. When this step's tables are wider (longer sequences, align mode), last step's
-    narrower table must not be used (it would fail the gather's width check): the group
-    re-gathers from its own table when served."""
-    monkeypatch.setattr(LV._common, "PREFETCH_TABLES", True)
-    narrow, wide = _prefetch_case(20, 4), _prefetch_case(300, 24)
-    ours, ref, err, (builders, _, _) = u.run_case(SEEDS, RUNNER, LV, narrow)
-    assert err is None and compare_groups(narrow, ours, ref) == []
-    native = builders[0]._engine.native
-    regathers = native.stats["regathers"]
-    ms, (acc, drafts) = u.group_metadata(RUNNER, wide)
-    got = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
-    assert native.stats["plans"] == 2
-    assert native.stats["regathers"] == regathers + 1  # group 1, from its own wider table
-    RUNNER.clear_step_cache(SEEDS)
-    refs = [SEEDS.gdn.GDNAttentionMetadataBuilder(*o, CPU)
-            for o in u.vllm_objects(RUNNER, wide["config"], 2)]
-    want = [r.build(0, m, acc, drafts) for r, m in zip(refs, ms)]
-    assert compare_groups(wide, got, want) == []
-
-
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_table_prefetch_serves_groups_whose_table_stayed(monkeypatch, prefetch):
-    """A step whose every group keeps the table it had (vLLM's persistent block tables):
-    with the prefetch the plan gathered every group already, no re-gather; without it each
-    later group re-gathers once when served. Same results either way."""
-    monkeypatch.setattr(LV._common, "PREFETCH_TABLES", prefetch)
-    case = case_of(lambda c: four_groups(c, align_ok=False))
-    ours, ref, err, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
-    assert err is None
-    native = builders[0]._engine.native
-    s0 = native.stats
-    acc, drafts = u.step_counts(case["step"])
-    got = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
-    s1 = native.stats
-    assert s1["plans"] == s0["plans"] + 1 and s1["served"] == s0["served"] + 3
-    assert s1["regathers"] - s0["regathers"] == (0 if prefetch else 3)
-    assert compare_groups(case, got, ref) == []
-
-
-def test_builders_registered_after_a_step_share_the_next_plan():
-    """An engine's first builder object builds a step; two more objects of the same
-    configuration are made (more KV-cache groups): the next step of all three is one plan on
-    one native builder of three groups, whose FULL-graph buffers keep their addresses from
-    then on."""
+def test_builders_made_after_a_step_keep_their_full_graph_addresses():
+    """A builder object builds a step; two more objects of the same configuration are made
+    (more KV-cache groups): each builds with its own native builder, whose FULL-graph
+    buffers keep their addresses from step to step; every group equals the seed's."""
     case = gdn_case("pure spec FULL graphs")
     s = case["step"]
     objs = u.vllm_objects(RUNNER, case["config"], 3)
@@ -384,21 +298,13 @@ def test_builders_registered_after_a_step_share_the_next_plan():
     m = u.common_metadata(RUNNER, s, s["block_table"])
     acc, drafts = u.step_counts(s)
     first.build(0, m, acc, drafts)
-    more = [LV.GDNAttentionMetadataBuilder(*o, CPU) for o in objs[1:]]
-    builders = [first] + more
-    assert all(b._engine is first._engine for b in builders)
-    assert [b._group for b in builders] == [0, 1, 2]
+    builders = [first] + [LV.GDNAttentionMetadataBuilder(*o, CPU) for o in objs[1:]]
     ms = [m.replace(block_table_tensor=m.block_table_tensor + g) for g in range(3)]
 
     def step():
         return [b.build(0, mg, acc, drafts) for b, mg in zip(builders, ms)]
 
-    outs = step()
-    native = first._engine.native
-    assert first._engine.builder.num_groups == 3
-    plans = native.stats["plans"]
-    again = step()
-    assert native.stats["plans"] == plans + 1 and first._engine.native is native
+    outs, again = step(), step()
     for a, b in zip(outs, again):
         assert a.spec_state_indices_tensor.data_ptr() == b.spec_state_indices_tensor.data_ptr()
     refs = [SEEDS.gdn.GDNAttentionMetadataBuilder(*o, CPU) for o in objs]
@@ -407,24 +313,12 @@ def test_builders_registered_after_a_step_share_the_next_plan():
         assert u.diff(got, r.build(0, mg, acc, drafts)) == []
 
 
-def test_engines_are_per_configuration_and_held_by_their_builders():
-    """Builder objects of one configuration share one engine (one per KV-cache group);
-    another configuration or kind gets its own; the engine goes with its last builder."""
+def test_an_engine_lives_as_long_as_its_builder_object():
     case = case_of(lambda c: c["builder"] == "gdn" and c["mode"] == "build")
-    objs = u.vllm_objects(RUNNER, case["config"], 2)
-    a, b = (LV.GDNAttentionMetadataBuilder(*o, CPU) for o in objs)
-    k = LV.KimiK3KDAMetadataBuilder(*objs[0], CPU)
-    other = dict(case["config"], max_num_seqs=case["config"]["max_num_seqs"] + 1)
-    c = LV.GDNAttentionMetadataBuilder(*u.vllm_objects(RUNNER, other, 1)[0], CPU)
-    assert a._engine is b._engine and (a._group, b._group) == (0, 1)
-    assert k._engine is not a._engine and c._engine is not a._engine
-    assert (k._group, c._group) == (0, 0)
-    e = weakref.ref(a._engine)
-    keys = [key for key, v in LV._common._ENGINES.items() if v is a._engine]
-    assert len(keys) == 1
-    del a, b
-    assert e() is None and keys[0] not in LV._common._ENGINES
-    assert k._engine in LV._common._ENGINES.values()
+    a = LV.GDNAttentionMetadataBuilder(*u.vllm_objects(RUNNER, case["config"], 1)[0], CPU)
+    e, native = weakref.ref(a._engine), weakref.ref(a._engine.builder)
+    del a
+    assert e() is None and native() is None
 
 
 # ----------------------------------------------------------------------- update_block_table
@@ -449,38 +343,40 @@ def test_update_block_table_matches_the_seed():
     assert n > 0
 
 
-def test_update_block_table_regathers_only_for_a_new_table(monkeypatch):
-    """MRV2's later groups call update_block_table on group 0's metadata: with the table
-    prefetch, a group whose table is the memory it used the step before was gathered by the
-    step's one launch already (no re-gather); a table elsewhere re-gathers. Both equal the
-    seed's update_block_table."""
-    monkeypatch.setattr(LV._common, "PREFETCH_TABLES", True)
+def test_update_block_table_of_another_builders_metadata_builds_the_step():
+    """MRV2's later groups call update_block_table on group 0's metadata: each builds that
+    step (the inputs group 0's engine read) with its own table, one plan of its own; its own
+    metadata with a table in other memory re-gathers once, the same memory not at all. All
+    equal the seed's update_block_table."""
     case = case_of(lambda c: four_groups(c, align_ok=False))
     ours, ref, err, (ob, rb, ms) = u.run_case(SEEDS, RUNNER, LV, case)
     assert err is None
-    native = ob[0]._engine.native
     acc, drafts = u.step_counts(case["step"])
-    # The next step: group 0 plans (one launch), the others take update_block_table.
     first = ob[0].build(0, ms[0], acc, drafts)
     want0 = rb[0].build(0, ms[0], acc, drafts)
-    s0 = native.stats
+    s0 = [b._engine.stats for b in ob]
+    updated = {}
     for g in range(1, 4):
         got = ob[g].update_block_table(first, ms[g].block_table_tensor, ms[g].slot_mapping)
         want = rb[g].update_block_table(want0, ms[g].block_table_tensor, ms[g].slot_mapping)
         assert u.diff(got, want) == [], g
         assert got is not first and type(got) is type(first)
-    assert native.stats["regathers"] == s0["regathers"]
-    assert native.stats["plans"] == s0["plans"]
-    # A table in other memory (equal values): re-gathered.
+        s1 = ob[g]._engine.stats
+        assert s1["rebuilds"] == s0[g]["rebuilds"] + 1 and s1["plans"] == s0[g]["plans"] + 1
+        updated[g] = got
+    # Its own last metadata: the same table launches nothing, a copy re-gathers.
+    s1 = ob[1]._engine.stats
+    last = ob[1].update_block_table(updated[1], ms[1].block_table_tensor, ms[1].slot_mapping)
+    assert ob[1]._engine.stats["regathers"] == s1["regathers"]
     moved = ms[1].block_table_tensor.clone()
-    got = ob[1].update_block_table(first, moved, ms[1].slot_mapping)
-    assert native.stats["regathers"] == s0["regathers"] + 1
+    got = ob[1].update_block_table(last, moved, ms[1].slot_mapping)
+    assert ob[1]._engine.stats["regathers"] == s1["regathers"] + 1
     assert u.diff(got, rb[1].update_block_table(want0, moved, ms[1].slot_mapping)) == []
 
 
 def test_update_block_table_takes_metadata_of_the_last_step_only():
-    """update_block_table takes metadata its engine made in its last step (of any of its
-    groups); an older step's, a copy, or another engine's raise linmeta.Error."""
+    """update_block_table takes metadata a builder of its configuration made in its last
+    call; an older step's, a copy, or one of another configuration raise linmeta.Error."""
     import linmeta
 
     case = case_of(lambda c: four_groups(c, align_ok=False))
@@ -490,16 +386,14 @@ def test_update_block_table_takes_metadata_of_the_last_step_only():
     acc, drafts = u.step_counts(case["step"])
     newer = ob[0].build(0, ms[0], acc, drafts)
     copy = type(newer)(**vars(newer))
-    # Another engine (another configuration: the same one would join this engine).
-    config = dict(case["config"], max_num_seqs=case["config"]["max_num_seqs"] + 1)
-    other_case = dict(case, config=config)
-    other, _, _, _ = u.run_case(SEEDS, RUNNER, LV, other_case)
-    for stale in (ours[0], copy, other[0]):
-        with pytest.raises(linmeta.Error, match="metadata this engine's builders made in "
-                                                "its last step"):
+    for stale in (ours[0], copy):
+        with pytest.raises(linmeta.Error, match="metadata a linmeta.vllm builder made in its "
+                                                "last call"):
             ob[2].update_block_table(stale, t, slots)
-    with pytest.raises(linmeta.Error, match=r"group 7 is outside \[0, 4\)"):
-        ob[0]._engine.native.update_block_table(7, newer, t)
+    config = dict(case["config"], max_num_seqs=case["config"]["max_num_seqs"] + 1)
+    other, _, _, _ = u.run_case(SEEDS, RUNNER, LV, dict(case, config=config))
+    with pytest.raises(linmeta.Error, match="of the same configuration"):
+        ob[2].update_block_table(other[0], t, slots)
 
 
 @pytest.mark.parametrize("profile", [None, "vllm-0.34"])
@@ -571,9 +465,9 @@ def test_int64_accepted_counts_keep_their_dtype():
     assert n > 0
 
 
-def test_int64_inputs_keep_one_plan_per_step():
-    """int64 accepted / draft counts: later groups are still served from the one plan, and
-    update_block_table keeps the source's counts (batch-level), dtype included."""
+def test_int64_inputs_of_every_group_and_update_block_table():
+    """int64 accepted / draft counts through several groups: each group's counts keep the
+    seed's dtype, and update_block_table keeps the source's (batch-level), dtype included."""
     case = case_of(lambda c: c["builder"] == "gdn" and len(c["step"].get("groups", [])) >= 2
                    and c["mode"] == "build" and c["step"]["num_accepted_tokens"] is not None)
     s = case["step"]
@@ -584,8 +478,6 @@ def test_int64_inputs_keep_one_plan_per_step():
     acc = torch.tensor(s["num_accepted_tokens"], dtype=torch.int64)
     drafts = torch.tensor(s["num_decode_draft_tokens_cpu"], dtype=torch.int64)
     outs = [b.build(0, m, acc, drafts) for b, m in zip(builders, ms)]
-    stats = builders[0]._engine.native.stats
-    assert (stats["plans"], stats["served"]) == (1, len(builders) - 1)
     for g, md in enumerate(outs):
         want = u.independent_reference(SEEDS, RUNNER, case, g)
         assert want.num_accepted_tokens is None or md.num_accepted_tokens.dtype == (
@@ -802,7 +694,11 @@ def test_supports_update_block_table_follows_the_profile(monkeypatch, profile):
     mamba_aligned_state_indices (None until MRV2 sets it). (CUDA builders are made without
     their engine here: the rule is the constructor's.)"""
     u.set_profile(monkeypatch, LV, profile)
-    monkeypatch.setattr(LV._common.Builder, "_join_engine", lambda self, device: None)
+    import types
+
+    no_engine = types.SimpleNamespace(builder=types.SimpleNamespace(decode_cudagraph_max_bs=0))
+    monkeypatch.setattr(LV._common.Builder, "_join_engine",
+                        lambda self, device: setattr(self, "_engine", no_engine))
     case = case_of(lambda c: c["builder"] == "kda" and c["config"]["mamba_cache_mode"] == "none"
                    and not c["config"]["num_prefill_checkpoint_blocks"])
     for v2 in (False, True):
@@ -827,13 +723,44 @@ def test_default_profile_follows_the_running_vllm(caplog):
     vLLM whose rules linmeta does not have."""
     pick = LV._common.default_profile
     if not os.environ.get("LINMETA_VLLM_PROFILE"):
-        assert LV.PROFILE is None and LV._common.PROFILE is None  # the stand-in: no version
+        assert LV.profile() is None  # the stand-in: no version
     assert pick("vllm-0.34", None) == "vllm-0.34" and pick("seed", "0.34.0") == "seed"
     assert pick(None, "0.34.0") == "vllm-0.34" and pick("", "0.34.2") == "vllm-0.34"
     assert pick(None, None) is None
     with caplog.at_level("WARNING", logger="linmeta.vllm"):
         assert pick(None, "0.33.1") is None
     assert "vLLM 0.33.1 has no rules profile" in caplog.text
+
+
+def test_a_profile_set_explicitly_wins_over_the_environment(monkeypatch):
+    """linmeta.vllm.set_profile() settles the profile for the builders made afterwards; the
+    environment is only the default, read once when nothing was set."""
+    monkeypatch.setattr(LV._common, "_profile", LV._common._UNSET)
+    monkeypatch.setenv("LINMETA_VLLM_PROFILE", "vllm-0.34")
+    assert LV.profile() == "vllm-0.34"
+    monkeypatch.setenv("LINMETA_VLLM_PROFILE", "seed")
+    assert LV.profile() == "vllm-0.34"  # settled once
+    LV.set_profile(None)
+    case = case_of(lambda c: c["builder"] == "gdn" and c["mode"] == "build")
+    b = LV.GDNAttentionMetadataBuilder(*u.vllm_objects(RUNNER, case["config"], 1)[0], CPU)
+    assert b._engine.builder.config["profile"] == "seed"
+    LV.set_profile("vllm-0.34")
+    b = LV.GDNAttentionMetadataBuilder(*u.vllm_objects(RUNNER, case["config"], 1)[0], CPU)
+    assert b._engine.builder.config["profile"] == "vllm-0.34"
+    with pytest.raises(ValueError, match="must be 'seed', 'vllm-0.34' or None"):
+        LV.set_profile("vllm-0.35")
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_decode_cudagraph_max_bs_is_the_native_builders(kind):
+    """vLLM's decode_cudagraph_max_bs attribute is the native builder's (one rule, the
+    core's): rows x (1 + k), capped by the capture size, as the seed's."""
+    for case in [c for c in CASES if c["builder"] == kind][:20]:
+        objs = u.vllm_objects(RUNNER, case["config"], 1)[0]
+        seed_cls, our_cls = u.classes(SEEDS, LV, kind)
+        ours, ref = our_cls(*objs, CPU), seed_cls(*objs, CPU)
+        assert ours.decode_cudagraph_max_bs == ref.decode_cudagraph_max_bs
+        assert ours.decode_cudagraph_max_bs == ours._engine.builder.decode_cudagraph_max_bs
 
 
 @pytest.mark.parametrize("profile", [None, "vllm-0.34"])
@@ -1014,6 +941,7 @@ def test_plugin_swaps_the_builders_only_when_enabled(monkeypatch):
     kda_backend = SEEDS.kda.KimiK3KDAAttentionBackend
     for backend in (gdn_backend, kda_backend):  # put back when the test ends
         monkeypatch.setattr(backend, "get_builder_cls", backend.__dict__["get_builder_cls"])
+    monkeypatch.setattr(sys.modules["vllm"], "__version__", "0.34.0", raising=False)
     monkeypatch.delenv("LINMETA_VLLM", raising=False)
     assert plugin.register() == []
     monkeypatch.setenv("LINMETA_VLLM", "0")
@@ -1030,7 +958,54 @@ def test_plugin_swaps_the_builders_only_when_enabled(monkeypatch):
     objs = u.vllm_objects(RUNNER, case["config"], 3)
     builders = [kda_backend.get_builder_cls()(spec, names, vc, CPU) for spec, names, vc in objs]
     assert all(isinstance(b, LV.KimiK3KDAMetadataBuilder) for b in builders)
-    assert len({id(b._engine) for b in builders}) == 1
+    assert len({id(b._engine) for b in builders}) == 3
+
+
+@pytest.mark.parametrize("version", ["0.35.0", "0.33.1", None])
+def test_plugin_leaves_vllms_builders_under_an_unknown_release(monkeypatch, caplog, version):
+    """Under a vLLM release linmeta has no rules for, LINMETA_VLLM=1 leaves vLLM's builders
+    in place and says so once per process; LINMETA_VLLM_ANY_RELEASE=1 forces the swap."""
+    import linmeta.vllm_plugin as plugin
+
+    gdn_backend = SEEDS.gdn.GDNAttentionBackend
+    kda_backend = SEEDS.kda.KimiK3KDAAttentionBackend
+    for backend in (gdn_backend, kda_backend):
+        monkeypatch.setattr(backend, "get_builder_cls", backend.__dict__["get_builder_cls"])
+    if version is None:
+        monkeypatch.delattr(sys.modules["vllm"], "__version__", raising=False)
+    else:
+        monkeypatch.setattr(sys.modules["vllm"], "__version__", version, raising=False)
+    monkeypatch.setattr(plugin, "_said_unknown", False)
+    monkeypatch.setenv("LINMETA_VLLM", "1")
+    monkeypatch.delenv("LINMETA_VLLM_ANY_RELEASE", raising=False)
+    with caplog.at_level("WARNING", logger="linmeta.vllm"):
+        assert plugin.register() == []
+        assert plugin.register() == []
+    assert gdn_backend.get_builder_cls() is SEEDS.gdn.GDNAttentionMetadataBuilder
+    said = [r for r in caplog.records if "no release linmeta has rules for" in r.getMessage()]
+    assert len(said) == 1 and "own metadata builders stay" in said[0].getMessage()
+    monkeypatch.setenv("LINMETA_VLLM_ANY_RELEASE", "1")
+    assert plugin.register() == ["GDNAttentionBackend", "KimiK3KDAAttentionBackend"]
+    assert gdn_backend.get_builder_cls() is LV.GDNAttentionMetadataBuilder
+
+
+def test_errors_are_caught_as_vllms_and_as_linmetas():
+    """Where vLLM's builders raise AssertionError (their assertions) or RuntimeError (torch's
+    errors), linmeta.vllm raises linmeta.vllm.Error: caught by `except AssertionError`,
+    `except RuntimeError` and `except linmeta.Error` (a ValueError) alike; the message is the
+    library's."""
+    import linmeta
+
+    assert issubclass(LV.Error, (linmeta.Error,)) and LV.Error is linmeta._linmeta.vllm.Error
+    for base in (AssertionError, RuntimeError, ValueError, linmeta.Error):
+        assert issubclass(LV.Error, base)
+    case = case_of(four_groups)
+    _, _, _, (builders, _, ms) = u.run_case(SEEDS, RUNNER, LV, case)
+    acc, drafts = u.step_counts(case["step"])
+    short = ms[0].replace(block_table_tensor=ms[0].block_table_tensor[:1])
+    for caught in (AssertionError, RuntimeError, linmeta.Error):
+        with pytest.raises(caught, match="block_table_tensor has 1 rows"):
+            builders[0].build(0, short, acc, drafts)
 
 
 def test_plugin_entry_point_is_installed():

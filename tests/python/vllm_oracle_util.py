@@ -93,9 +93,8 @@ def load():
 
 def set_profile(monkeypatch, lv, profile):
     """Runs the rest of the test under rules profile `profile` (None: the seed rules), as
-    LINMETA_VLLM_PROFILE would set it at import: every module of linmeta.vllm that reads it."""
-    for mod in (lv, lv._common, lv.gdn, lv.mamba):
-        monkeypatch.setattr(mod, "PROFILE", profile)
+    linmeta.vllm.set_profile() sets it (the one place every class asks)."""
+    monkeypatch.setattr(lv._common, "_profile", profile)
 
 
 def _aligned_state_indices(block_table, seq_lens, kv_cache_spec, mamba_cache_mode):
@@ -317,9 +316,9 @@ def native_build(builder, m, accepted, drafts, table, capture=False):
     with the configuration of linmeta.vllm builder object `builder`."""
     import linmeta
 
-    e = builder._engine
-    target = "cuda" if e.device.type == "cuda" else "host"
-    nb = linmeta.MetadataBuilder(e.kind, target=target, array_type="torch", **e.config)
+    own = builder._engine.builder
+    target = own.target
+    nb = linmeta.MetadataBuilder(own.kind, target=target, array_type="torch", **own.config)
     kw = linmeta.step_kwargs(m, accepted, drafts)
     kw["block_table"] = table
     if target == "cuda":

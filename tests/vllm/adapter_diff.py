@@ -98,7 +98,7 @@ from vllm.models.kimi_k3.nvidia.specialized_decode.recoverssm.state import (  # 
 )
 from vllm.v1.worker.gpu.model_states.mamba_hybrid import MambaHybridAttnMetadata  # noqa: E402
 
-assert lv.PROFILE == "vllm-0.34", f"linmeta.vllm chose profile {lv.PROFILE!r} under vLLM 0.34"
+assert lv.profile() == "vllm-0.34", f"linmeta.vllm chose profile {lv.profile()!r} under vLLM 0.34"
 
 DATA = os.path.join(REPO, "tests", "data")
 PUBLIC = os.path.join(DATA, "vllm034_public.jsonl")
@@ -154,12 +154,11 @@ def _builders(cls, kind: str, config: dict, objs):
             if not type(b).__module__.startswith("linmeta."):
                 raise AssertionError(f"linmeta.vllm made {type(b).__module__}.{type(b).__name__}"
                                      f" (a fallback) for {kind}")
-        # The builder objects of a path are their engine's only groups (those of the path
-        # before are gone): each path is a fresh engine, as a fresh vLLM engine's would be.
-        groups = {id(b._engine): b._engine.groups for b in out}
-        if list(groups.values()) != [len(out)]:
-            raise AssertionError(f"linmeta engines {list(groups.values())} for {len(out)} "
-                                 "builder objects: a builder of an earlier path is alive")
+        # Each builder object has its own engine of one group: nothing is shared.
+        engines = {id(b._engine): b._engine.builder.num_groups for b in out}
+        if list(engines.values()) != [1] * len(out):
+            raise AssertionError(f"linmeta engines {list(engines.values())} for {len(out)} "
+                                 "builder objects: builder objects share an engine")
     return out
 
 
@@ -258,7 +257,13 @@ def _compare(label: str, ref, ours, skip=()) -> list[str]:
     fields in `skip` are not compared."""
     if isinstance(ref, Exception) or isinstance(ours, Exception):
         if isinstance(ref, Exception) and isinstance(ours, Exception):
-            return []  # both reject the step
+            # Both reject the step: an `except` clause for vLLM's exception must catch
+            # linmeta's, and `except linmeta.Error` too (linmeta.vllm.Error is both).
+            if isinstance(ours, type(ref)) and isinstance(ours, linmeta.Error):
+                return []
+            return [f"{label}: linmeta raised {type(ours).__name__}, which "
+                    f"`except {type(ref).__name__}` (vLLM's) or `except linmeta.Error` "
+                    f"does not catch: {str(ours)[:200]}"]
         which = "vLLM" if isinstance(ref, Exception) else "linmeta"
         e = ref if isinstance(ref, Exception) else ours
         return [f"{label}: only {which} raised {type(e).__name__}: {str(e)[:300]}"]
@@ -330,7 +335,8 @@ RAISED_STEPS: collections.Counter = collections.Counter()
 STRICTER: collections.Counter = collections.Counter()
 # Valid steps only vLLM rejects, by a known bug of its builder (_reference_bug), per builder.
 REFERENCE_BUG: collections.Counter = collections.Counter()
-# linmeta's plans and build() / capture calls of multi-group steps, per path (engine stats).
+# linmeta's plans and calls (build, capture, update_block_table) of multi-group steps, per
+# path (engine stats): one plan per call, each builder object planning its own.
 PLANS: collections.Counter = collections.Counter()
 # Runner-path calls per builder and way (build / capture / update_block_table).
 CALLS: collections.Counter = collections.Counter()
@@ -562,8 +568,7 @@ def compare_mamba_case(case: dict) -> list[str]:
     paths = [("runner", False)] + ([("shared", True)] if len(per_group) > 1 else [])
     for label, shared in paths:
         ms = _mamba_group_metadata(per_group, shared)
-        # One builder object per group, all made before the step; compared at once (the
-        # adapter's builders of one configuration share buffers, which the next build reuses).
+        # One builder object per group, all made before the step; compared at once.
         ref_b = _builders(REFERENCE[kind], kind, config, objs)
         our_b = _builders(ADAPTER[kind], kind, config, objs)
         if label == "runner":
@@ -571,8 +576,8 @@ def compare_mamba_case(case: dict) -> list[str]:
         ref = _mrv2(ref_b, kind, case, ms, accepted, drafts, shared)
         ours = _mrv2(our_b, kind, case, ms, accepted, drafts, shared)
         if len(per_group) > 1 and not isinstance(ours, Exception):
-            PLANS[(label, "plans")] += our_b[0]._engine.native.stats["plans"]
-            PLANS[(label, "builds")] += sum(h != "update_block_table" for _, h, _ in ours)
+            PLANS[(label, "plans")] += sum(b._engine.stats["plans"] for b in our_b)
+            PLANS[(label, "calls")] += len(ours)
         if label == "runner":
             _tally_mamba(kind, case, ref, len(per_group))
             if isinstance(ref, Exception) and isinstance(ours, Exception):
@@ -730,7 +735,7 @@ def main() -> int:
     # RecoverSSM).
     for kind in kinds:
         assert issubclass(ADAPTER[kind], REFERENCE[kind]), f"linmeta's {kind} is not vLLM's"
-    print(f"profile {lv.PROFILE} (chosen from vLLM's version); linmeta's builders count as "
+    print(f"profile {lv.profile()} (chosen from vLLM's version); linmeta's builders count as "
           f"vLLM's for isinstance ({', '.join(kinds)})")
 
     equal = {k: 0 for k in kinds}
@@ -852,8 +857,8 @@ def main() -> int:
               "in linmeta's (views; not compared): " + (", ".join(
                   f"{k}.{f} (vLLM {r}, linmeta {o}) {n}"
                   for (k, f, r, o), n in sorted(VIEWS.items())) or "none"))
-        print("linmeta's plans / build calls on multi-group steps: " + ", ".join(
-            f"{label} path {PLANS[(label, 'plans')]}/{PLANS[(label, 'builds')]}"
+        print("linmeta's plans / calls on multi-group steps: " + ", ".join(
+            f"{label} path {PLANS[(label, 'plans')]}/{PLANS[(label, 'calls')]}"
             for label in ("runner", "shared")))
         print(f"({time.time() - t0:.0f} s for the Mamba family)")
     print("exercised (runner path, group 0 of vLLM's objects): " + ", ".join(

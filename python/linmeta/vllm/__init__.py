@@ -6,12 +6,13 @@ table where vLLM is not importable) with every field equal to vLLM's: values, dt
 devices and None-ness. A class falls back to vLLM's own builder, with one log line, for a
 configuration linmeta does not serve.
 
-The builder objects of one configuration (one per KV-cache group) share one native engine:
-the first group's build() of a scheduler step plans the step and finishes every group in one
-launch, the others are served from that plan. docs/vllm.md.
+Each builder object (one per KV-cache group) has its own native engine and builder: nothing
+is shared between builder objects, every call reads its inputs afresh and hands out new view
+objects, and a call entered while another of the same object runs is refused. docs/vllm.md.
 """
 
-from ._common import PROFILE, register_with_vllm
+from .. import _linmeta
+from ._common import profile, register_with_vllm, set_profile
 from .gdn import GDNAttentionMetadataBuilder, KimiK3KDAMetadataBuilder
 from .mamba import (
     BailingLinearAttentionMetadataBuilder,
@@ -21,6 +22,11 @@ from .mamba import (
     PleShortConvAttentionMetadataBuilder,
     ShortConvAttentionMetadataBuilder,
 )
+
+#: What the builders raise where vLLM's raise AssertionError or RuntimeError (its assertions,
+#: torch's errors): a linmeta.Error (ValueError) that is also an AssertionError and a
+#: RuntimeError, so that an ``except`` clause for vLLM's exception catches it too.
+Error = _linmeta.vllm.Error
 
 #: Every class of this package.
 BUILDERS = (
@@ -39,12 +45,14 @@ register_with_vllm(BUILDERS)
 __all__ = [
     "BUILDERS",
     "BailingLinearAttentionMetadataBuilder",
+    "Error",
     "GDNAttentionMetadataBuilder",
     "KimiK3KDAMetadataBuilder",
     "LinearAttentionMetadataBuilder",
     "Mamba1AttentionMetadataBuilder",
     "Mamba2AttentionMetadataBuilder",
-    "PROFILE",
     "PleShortConvAttentionMetadataBuilder",
     "ShortConvAttentionMetadataBuilder",
+    "profile",
+    "set_profile",
 ]

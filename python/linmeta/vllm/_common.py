@@ -3,12 +3,12 @@
 * vLLM's base builder class (or a stand-in with the parts the builders use, without vLLM);
 * the rules profile of the running vLLM;
 * ``Builder``: the mixin every class of this package takes: the fallback to vLLM's own class
-  for configurations linmeta does not serve, the shared native engine per configuration, and
+  for configurations linmeta does not serve, the builder object's own native engine, and
   ``build`` / ``build_for_cudagraph_capture`` / ``update_block_table``, each one native call;
 * the configuration read from vLLM's config objects.
 
-The per-step work (the same-step test, one plan and one launch for every KV-cache group, the
-result dicts) is the native engine's (python/src/vllm/engine.hpp).
+The per-step work (reading the inputs, one plan and one launch, the result dicts) is the
+native engine's (python/src/vllm/engine.hpp). Nothing is shared between builder objects.
 """
 
 from __future__ import annotations
@@ -19,20 +19,12 @@ import importlib
 import logging
 import os
 import sys
-import threading
-import weakref
 
 import torch
 
 from .. import _linmeta
 
 logger = logging.getLogger("linmeta.vllm")
-
-#: A plan gathers every group's state indices from the table each group used the step before
-#: (checked when the group is served: else one re-gather). Needs every group's block table of
-#: a step to be final in stream order when the first group builds, as vLLM's runners do.
-#: LINMETA_VLLM_PREFETCH_TABLES=0 turns it off (docs/vllm.md).
-PREFETCH_TABLES = os.environ.get("LINMETA_VLLM_PREFETCH_TABLES", "1") != "0"
 
 # Token capacity when the scheduler config has none (stand-in configs): steps must fit it.
 _DEFAULT_TOKEN_CAPACITY = 1 << 16
@@ -129,7 +121,28 @@ def _vllm_version() -> str | None:
     return v if isinstance(v, str) else None
 
 
-PROFILE = default_profile(os.environ.get("LINMETA_VLLM_PROFILE"), _vllm_version())
+_UNSET = object()
+_profile = _UNSET  # the settled profile (profile(), set_profile())
+
+
+def profile() -> str | None:
+    """The rules profile the builder objects made now follow ("vllm-0.34", "seed"; None: the
+    seed rules). Settled once per process, on first use: set_profile()'s choice when a caller
+    made one, else default_profile() (LINMETA_VLLM_PROFILE, else the running vLLM's version).
+    The one place every class of this package asks."""
+    global _profile
+    if _profile is _UNSET:
+        _profile = default_profile(os.environ.get("LINMETA_VLLM_PROFILE"), _vllm_version())
+    return _profile
+
+
+def set_profile(value: str | None) -> None:
+    """Chooses the rules profile explicitly ("vllm-0.34", "seed", or None for the seed rules)
+    for the builder objects made from now on, instead of the environment's default."""
+    global _profile
+    if value not in (None, "seed", "vllm-0.34"):
+        raise ValueError(f"linmeta.vllm: profile {value!r} must be 'seed', 'vllm-0.34' or None")
+    _profile = value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,24 +151,21 @@ PROFILE = default_profile(os.environ.get("LINMETA_VLLM_PROFILE"), _vllm_version(
 
 def check_plain_dataclass(cls) -> None:
     """The builders make vLLM's metadata objects with their fields as the instance __dict__:
-    equal to calling __init__ with them for a plain dataclass (no __post_init__, slots or
-    frozen). Any other class is refused."""
+    equal to calling __init__ with them for a plain dataclass (no __post_init__, slots,
+    frozen, or default factories: a factory's object would be one object in every result).
+    Any other class is refused."""
     if (not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__")
-            or "__slots__" in cls.__dict__ or cls.__dataclass_params__.frozen):
+            or "__slots__" in cls.__dict__ or cls.__dataclass_params__.frozen
+            or any(f.default_factory is not dataclasses.MISSING  # type: ignore[misc]
+                   for f in dataclasses.fields(cls))):
         raise TypeError(f"linmeta.vllm: {cls.__qualname__} is not a plain dataclass")
 
 
 def defaults(cls) -> dict:
-    """The default of every field of dataclass `cls` (None where it has none)."""
-    out = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            out[f.name] = f.default_factory()  # type: ignore[misc]
-        else:
-            out[f.name] = None
-    return out
+    """The default of every field of dataclass `cls` (None where it has none; a plain
+    dataclass has no default factories)."""
+    return {f.name: None if f.default is dataclasses.MISSING else f.default
+            for f in dataclasses.fields(cls)}
 
 
 def vllm_class(module: str, name: str):
@@ -167,80 +177,7 @@ def vllm_class(module: str, name: str):
 
 
 # ---------------------------------------------------------------------------------------------
-# One native engine per configuration
-
-
-class _Engine:
-    """The builder objects of one configuration (one per KV-cache group) and the native engine
-    serving them: a MetadataBuilder with a group per object, made again with more groups when
-    an object joins (vLLM makes every builder object before its first build). The builder
-    objects hold it; it lives as long as one of them."""
-
-    def __init__(self, kind, config, device, cls, classes):
-        self.kind, self.config, self.device = kind, dict(config), device
-        self.cls, self.classes = cls, classes
-        self.defaults = defaults(cls)
-        self.groups = 0
-        self.builder = None  # the native MetadataBuilder
-        self.native = None
-        self._counts = ((None, None), (None, None))  # int32_counts: (the caller's, copies)
-
-    def register(self) -> int:
-        group = self.groups
-        self.groups += 1
-        target = "cuda" if self.device.type == "cuda" else "host"
-        if target == "cuda":
-            with torch.cuda.device(self.device):
-                builder = _linmeta.MetadataBuilder(
-                    self.kind, target=target, num_groups=self.groups, array_type="torch",
-                    **self.config)
-        else:
-            builder = _linmeta.MetadataBuilder(
-                self.kind, target=target, num_groups=self.groups, array_type="torch",
-                **self.config)
-        self.builder = builder
-        self.native = _linmeta.vllm.Engine(
-            builder, self.cls, self.defaults, self.classes, PREFETCH_TABLES)
-        return group
-
-    def int32_counts(self, accepted, drafts):
-        """The step's accepted / draft counts as int32 (linmeta reads int32; vLLM versions
-        keep them as int64): the caller's tensors where they are int32, else copies made once
-        per step, so that every group of the step hands the native engine the same objects
-        (its same-step test)."""
-        if _is_int32(accepted) and _is_int32(drafts):
-            return accepted, drafts
-        (a, d), copies = self._counts
-        if a is accepted and d is drafts:
-            return copies
-        copies = (_as_int32(accepted), _as_int32(drafts))
-        self._counts = ((accepted, drafts), copies)
-        return copies
-
-
-def _is_int32(t) -> bool:
-    """Whether `t` is read as it is: None, anything but an int64 torch tensor (int32, or an
-    input the native import refuses by name)."""
-    return not isinstance(t, torch.Tensor) or t.dtype is not torch.int64
-
-
-def _as_int32(t):
-    return t if _is_int32(t) else t.to(torch.int32)
-
-
-_ENGINES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_ENGINES_LOCK = threading.Lock()
-
-
-def engine(kind, config, device, cls, classes) -> _Engine:
-    """The engine of every live builder object of this configuration."""
-    key = (kind, str(device), cls, PREFETCH_TABLES) + tuple(sorted(config.items()))
-    with _ENGINES_LOCK:
-        e = _ENGINES.get(key)
-        if e is None:
-            e = _Engine(kind, config, device, cls, classes)
-            _ENGINES[key] = e
-        return e
+# Devices
 
 
 def with_index(device) -> torch.device:
@@ -283,16 +220,23 @@ class Builder:
         return None
 
     def _join_engine(self, device) -> None:
-        """Registers this builder object (one KV-cache group) with its configuration's
-        engine."""
+        """Makes this builder object's own native builder (one KV-cache group) and engine:
+        nothing is shared with another builder object."""
         cls = self.metadata_class()
         check_plain_dataclass(cls)
         classes = self.composite_classes_of()
         for c in classes.values():
             check_plain_dataclass(c)
         self._cls = cls
-        self._engine = engine(self.kind, self.linmeta_config(), with_index(device), cls, classes)
-        self._group = self._engine.register()
+        device = with_index(device)
+        kw = dict(self.linmeta_config(), target="cuda" if device.type == "cuda" else "host",
+                  array_type="torch")
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                builder = _linmeta.MetadataBuilder(self.kind, **kw)
+        else:
+            builder = _linmeta.MetadataBuilder(self.kind, **kw)
+        self._engine = _linmeta.vllm.Engine(builder, cls, defaults(cls), classes)
 
     def composite_classes_of(self) -> dict:
         return {}
@@ -331,15 +275,14 @@ class Builder:
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False, *,
               num_accepted_tokens=None, num_decode_draft_tokens_cpu=None, **kwargs):
-        return self._engine.native.build(self._group, common_attn_metadata, num_accepted_tokens,
-                                         num_decode_draft_tokens_cpu, False, False)
+        return self._engine.build(common_attn_metadata, num_accepted_tokens,
+                                  num_decode_draft_tokens_cpu, False)
 
     def build_for_cudagraph_capture(self, common_attn_metadata):
-        return self._engine.native.build(self._group, common_attn_metadata, None, None, True,
-                                         False)
+        return self._engine.build(common_attn_metadata, None, None, True)
 
     def update_block_table(self, metadata, blk_table, slot_mapping):
-        return self._engine.native.update_block_table(self._group, metadata, blk_table)
+        return self._engine.update_block_table(metadata, blk_table)
 
 
 

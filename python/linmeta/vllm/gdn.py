@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._common import PROFILE, AttentionCGSupport, Base, Builder, vllm_class
+from ._common import AttentionCGSupport, Base, Builder, profile, vllm_class
 from .local import local_class
 
 _GDN = "vllm.v1.attention.backends.gdn_attn"
@@ -49,27 +49,25 @@ class GDNAttentionMetadataBuilder(Builder, Base):
         self.use_spec_decode: bool = self.num_spec > 0
         self._init_reorder_batch_threshold(1, self.use_spec_decode)
         self.use_full_cuda_graph: bool = self.compilation_config.cudagraph_mode.has_full_cudagraphs()
-        max_bs = vllm_config.scheduler_config.max_num_seqs * (self.num_spec + 1)
-        cap = self.compilation_config.max_cudagraph_capture_size
-        self.decode_cudagraph_max_bs: int = max_bs if cap is None else min(max_bs, cap)
         # vLLM 0.34's MRV2 sets the aligned state indices of builders that declare them
         # (hasattr); linmeta gathers the same values from the block table itself. GDN's own
         # class only, as vLLM's (not isinstance: KDA's RecoverSSM / checkpoint metadata is
         # per group, every KDA group builds).
         self.supports_update_block_table = (
             type(self) is GDNAttentionMetadataBuilder and torch.device(device).type == "cuda"
-            and (PROFILE == "vllm-0.34"
+            and (profile() == "vllm-0.34"
                  or bool(getattr(vllm_config, "use_v2_model_runner", False))))
         if self.supports_update_block_table:
             self.mamba_aligned_state_indices: torch.Tensor | None = None
         self._join_engine(device)
+        self.decode_cudagraph_max_bs: int = self._engine.builder.decode_cudagraph_max_bs
 
     def metadata_class(self):
         return vllm_class(self.replaces[0], "GDNAttentionMetadata") or local_class("gdn")
 
     def composite_classes_of(self) -> dict:
         classes = {}
-        if PROFILE == "vllm-0.34":
+        if profile() == "vllm-0.34":
             checkpoint = vllm_class(*_CHECKPOINT)
             plan = vllm_class(_GDN, "GDNFlashInferCheckpointPlan")
             if checkpoint is not None and plan is not None:
@@ -78,52 +76,20 @@ class GDNAttentionMetadataBuilder(Builder, Base):
 
     def linmeta_config(self) -> dict:
         cfg = self.common_config()
-        if PROFILE != "vllm-0.34":
+        if profile() != "vllm-0.34":
             return dict(cfg, profile="seed",
                         chunk_metadata=self.gdn_prefill_backend in ("triton", "flashinfer"))
         # R4 / R5: chunk metadata and the checkpoint plan follow the prefill backend.
         return dict(cfg, profile="vllm-0.34", prefill_backend=self.gdn_prefill_backend,
                     **self.checkpoint_config(self.kv_cache_spec, int(self.kv_cache_spec.block_size)))
 
-    # vLLM's GDN / KDA build() takes the counts positionally too.
+    # vLLM's GDN / KDA build() takes the counts positionally too. int64 counts (vLLM versions
+    # that keep them so) are read from int32 copies the native engine makes on every call;
+    # where a field is the caller's counts it is the caller's tensor, as vLLM returns it.
     def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
               num_decode_draft_tokens_cpu=None, fast_build=False):
-        md = self._engine.native.build(self._group, common_attn_metadata, num_accepted_tokens,
-                                       num_decode_draft_tokens_cpu, False, True)
-        if md is None:  # int64 counts
-            md = self._build_int64(common_attn_metadata, num_accepted_tokens,
-                                   num_decode_draft_tokens_cpu)
-        return md
-
-    def _build_int64(self, common_attn_metadata, num_accepted_tokens, drafts_cpu):
-        """build() of int64 counts (vLLM versions that keep them so): built from int32 copies,
-        made once per step for every group (the engine's same-step test)."""
-        accepted, drafts = self._engine.int32_counts(num_accepted_tokens, drafts_cpu)
-        md = self._engine.native.build(self._group, common_attn_metadata, accepted, drafts, False,
-                                       False)
-        out = md.num_accepted_tokens
-        if (accepted is not num_accepted_tokens and out is not None
-                and not self._staged_spec(md, common_attn_metadata)):
-            # vLLM gathers the caller's counts outside the FULL-graph buffer (int32): they
-            # keep the caller's dtype there.
-            md.num_accepted_tokens = out.to(num_accepted_tokens.dtype)
-        return md
-
-    def update_block_table(self, metadata, blk_table, slot_mapping):
-        md = super().update_block_table(metadata, blk_table, slot_mapping)
-        # Batch-level: vLLM keeps the source's (int64 ones too).
-        theirs = getattr(metadata, "num_accepted_tokens", None)
-        if theirs is not None and md.num_accepted_tokens is not None and (
-                theirs.dtype != md.num_accepted_tokens.dtype):
-            md.num_accepted_tokens = theirs
-        return md
-
-    def _staged_spec(self, md, m) -> bool:
-        """Whether vLLM's builder stages the spec rows in its FULL-graph buffers."""
-        n = md.num_spec_decodes
-        return bool(self.use_full_cuda_graph and n > 0 and md.num_prefills == 0
-                    and md.num_decodes == 0 and n <= self.decode_cudagraph_max_bs
-                    and md.num_spec_decode_tokens <= self.decode_cudagraph_max_bs)
+        return self._engine.build(common_attn_metadata, num_accepted_tokens,
+                                  num_decode_draft_tokens_cpu, False)
 
 
 class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
@@ -137,11 +103,11 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
         self.recoverssm_context = None
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.spec_state_slots = 1 if self.use_recoverssm else self.num_spec + 1
-        if PROFILE == "vllm-0.34":
+        if profile() == "vllm-0.34":
             # vLLM 0.34's KDA builder declares it; its MRV2 runner sets it (see GDN).
             self.mamba_aligned_state_indices = None
         # vLLM 0.34's build() asserts the runner set them in align mode.
-        self._needs_aligned_indices = (PROFILE == "vllm-0.34"
+        self._needs_aligned_indices = (profile() == "vllm-0.34"
                                        and vllm_config.cache_config.mamba_cache_mode == "align")
 
     def metadata_class(self):
@@ -150,7 +116,7 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
     def composite_classes_of(self) -> dict:
         commit = vllm_class(_KDA, "KDARecoverSSMCommitMetadata")
         align = vllm_class(_KDA, "KDARecoverSSMAlignMetadata")
-        checkpoint = vllm_class(*_CHECKPOINT) if PROFILE == "vllm-0.34" else None
+        checkpoint = vllm_class(*_CHECKPOINT) if profile() == "vllm-0.34" else None
         checkpoint = checkpoint or vllm_class(_KDA, "KDACheckpointMetadata")
         if commit is None or align is None or checkpoint is None:
             return {}
@@ -160,7 +126,7 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
     def linmeta_config(self) -> dict:
         cfg = self.common_config()
         cfg.update(use_recoverssm=self.use_recoverssm)
-        if PROFILE != "vllm-0.34":
+        if profile() != "vllm-0.34":
             blocks = int(getattr(self.kv_cache_spec, "num_prefill_checkpoint_blocks", 0) or 0)
             return dict(cfg, profile="seed", num_prefill_checkpoint_blocks=blocks)
         extra = self.vllm_config.additional_config
@@ -186,16 +152,6 @@ class KimiK3KDAMetadataBuilder(GDNAttentionMetadataBuilder):
 
     def update_block_table(self, metadata, blk_table, slot_mapping):
         return self._with_context(super().update_block_table(metadata, blk_table, slot_mapping))
-
-    def _staged_spec(self, md, m) -> bool:
-        """KDA's rule: padded rows (num_reqs) within its FULL-graph buffer; with RecoverSSM
-        the counts are always its own int32 buffer's."""
-        if self.use_recoverssm:
-            return True
-        n = md.num_spec_decodes
-        return bool(self.use_full_cuda_graph and n > 0 and md.num_prefills == 0
-                    and md.num_decodes == 0 and int(m.num_reqs) <= self.decode_cudagraph_max_bs
-                    and md.num_spec_decode_tokens <= self.decode_cudagraph_max_bs)
 
     def _with_context(self, md):
         """`md` with vLLM's RecoverSSM commit context where it has a commit."""

@@ -5,7 +5,7 @@ attention (MiniMax-Text-01 / M1) and its Bailing subclass (Ling hybrids). linmet
 
 from __future__ import annotations
 
-from ._common import PROFILE, AttentionCGSupport, Base, Builder, vllm_class
+from ._common import AttentionCGSupport, Base, Builder, profile, vllm_class
 from .local import local_class
 
 _BACKENDS = "vllm.v1.attention.backends"
@@ -36,7 +36,7 @@ class _MambaBuilder(Builder, Base):
 
     @classmethod
     def unsupported(cls, kv_cache_spec, vllm_config):
-        if PROFILE != "vllm-0.34":
+        if profile() != "vllm-0.34":
             return "linmeta has vLLM 0.34's Mamba rules only"
         if getattr(vllm_config.cache_config, "use_replayssm", False):
             return "ReplaySSM"
@@ -49,13 +49,11 @@ class _MambaBuilder(Builder, Base):
         self.num_spec_tokens: int = vllm_config.num_speculative_tokens
         self.use_spec_decode = self.num_spec_tokens > 0
         self.use_replayssm = False
-        max_bs = vllm_config.scheduler_config.max_num_seqs
-        cap = self.compilation_config.max_cudagraph_capture_size
-        self.decode_cudagraph_max_bs: int = max_bs if cap is None else min(max_bs, cap)
         self._init_reorder_batch_threshold(1, self.use_spec_decode)
         if self.use_spec_decode:
             self.supports_update_block_table = False
         self._join_engine(device)
+        self.decode_cudagraph_max_bs: int = self._engine.builder.decode_cudagraph_max_bs
 
     def metadata_class(self):
         return vllm_class(f"{_BACKENDS}.{self.module}", self.metadata_name) or local_class(self.kind)
@@ -139,7 +137,7 @@ class LinearAttentionMetadataBuilder(Builder, Base):
 
     @classmethod
     def unsupported(cls, kv_cache_spec, vllm_config):
-        return None if PROFILE == "vllm-0.34" else "linmeta has vLLM 0.34's rules only"
+        return None if profile() == "vllm-0.34" else "linmeta has vLLM 0.34's rules only"
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -154,8 +152,7 @@ class LinearAttentionMetadataBuilder(Builder, Base):
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         # The native call itself (one Python frame less than Builder.build).
-        return self._engine.native.build(self._group, common_attn_metadata, None, None, False,
-                                         False)
+        return self._engine.build(common_attn_metadata, None, None, False)
 
 
 class BailingLinearAttentionMetadataBuilder(LinearAttentionMetadataBuilder):
@@ -181,10 +178,8 @@ class BailingLinearAttentionMetadataBuilder(LinearAttentionMetadataBuilder):
         self.compilation_config = vllm_config.compilation_config
         self.num_spec_tokens: int = vllm_config.num_speculative_tokens
         self.use_spec_decode: bool = self.num_spec_tokens > 0
-        max_bs = vllm_config.scheduler_config.max_num_seqs
-        cap = self.compilation_config.max_cudagraph_capture_size
-        self.decode_cudagraph_max_bs: int = max_bs if cap is None else min(max_bs, cap)
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.decode_cudagraph_max_bs: int = self._engine.builder.decode_cudagraph_max_bs
         self._init_reorder_batch_threshold(1, self.use_spec_decode)
 
     def metadata_class(self):
@@ -194,5 +189,4 @@ class BailingLinearAttentionMetadataBuilder(LinearAttentionMetadataBuilder):
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False, *,
               num_accepted_tokens=None, num_decode_draft_tokens_cpu=None):
         # vLLM's takes the draft counts and never reads them.
-        return self._engine.native.build(self._group, common_attn_metadata, num_accepted_tokens,
-                                         None, False, False)
+        return self._engine.build(common_attn_metadata, num_accepted_tokens, None, False)

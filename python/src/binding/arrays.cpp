@@ -340,6 +340,7 @@ struct TorchObjects {
   PyTypeObject* tensor = nullptr;
   nb::object int32, int64, boolean, uint8, int8, int16;
   nb::object s_dtype, s_shape, s_stride, s_data_ptr, s_get_device, s_is_cpu, s_is_cuda, s_device;
+  nb::object s_is_neg, s_is_nested, s_to, s_detach;
 };
 
 /// torch's objects once torch_objects() found them (never destroyed: the objects must not be
@@ -371,6 +372,10 @@ TorchObjects* torch_objects_found = nullptr;
   t->s_is_cpu = interned("is_cpu");
   t->s_is_cuda = interned("is_cuda");
   t->s_device = interned("device");
+  t->s_is_neg = interned("is_neg");
+  t->s_is_nested = interned("is_nested");
+  t->s_to = interned("to");
+  t->s_detach = interned("detach");
   torch_objects_found = t;
   return t;
 }
@@ -400,6 +405,19 @@ bool torch_on(nb::handle obj, nb::handle prop, const char* type) {
   nb::object kind = dev.is_valid() ? nb::steal(PyObject_GetAttrString(dev.ptr(), "type")) : dev;
   if (!kind.is_valid()) throw nb::python_error();
   return PyUnicode_Check(kind.ptr()) && PyUnicode_CompareWithASCIIString(kind.ptr(), type) == 0;
+}
+
+/// Refuses a torch tensor whose negative bit is set (a lazy negation such as torch._neg_view:
+/// its memory holds the values negated, which a pointer read would take as they are). The
+/// conjugate bit needs a complex dtype, which every input refuses by its dtype.
+void refuse_negative_bit(nb::handle obj, const char* name) {
+  const TorchObjects* t = torch_objects();
+  if (t == nullptr || !PyObject_TypeCheck(obj.ptr(), t->tensor)) return;
+  const nb::object neg = call0_or_null(obj, t->s_is_neg);  // torch < 1.10: no negative bit
+  if (neg.ptr() == Py_True)
+    raise_error(std::string(name) +
+                ": a torch tensor with the negative bit set (a lazy negation: its memory holds "
+                "the values negated); pass tensor.resolve_neg()");
 }
 
 /// The fast path for plain torch.Tensor inputs: pointer, shape, strides, dtype and device
@@ -435,12 +453,30 @@ bool import_torch_tensor(nb::handle obj, ImportedArray& a, const char* name) {
   } else {
     return false;  // floats etc.: the generic path names the dtype in its error
   }
+  // A nested tensor has no shape (torch < 2) or no strides: refused by name.
+  auto refuse_nested = [&] {
+    nb::object nested = nb::steal(PyObject_GetAttr(obj.ptr(), t->s_is_nested.ptr()));
+    if (!nested.is_valid()) PyErr_Clear();
+    if (nested.ptr() == Py_True) {
+      PyErr_Clear();
+      raise_type(std::string(name) +
+                 ": a nested torch tensor (torch.nested) has no strided memory; pass a strided "
+                 "tensor");
+    }
+  };
   nb::object shape = nb::steal(PyObject_GetAttr(obj.ptr(), t->s_shape.ptr()));
-  if (!shape.is_valid()) throw nb::python_error();
-  // Tensors of other layouts (sparse, mkldnn, nested) have no strides or no data pointer:
-  // stride() or data_ptr() raises, and the generic path names what is wrong.
+  if (!shape.is_valid()) {
+    nb::python_error e;  // fetched: the nested test runs Python code
+    refuse_nested();
+    throw e;
+  }
+  // Tensors of other layouts (sparse, mkldnn) have no strides or no data pointer: stride() or
+  // data_ptr() raises, and the generic path names what is wrong.
   nb::object stride = call0_or_null(obj, t->s_stride);
-  if (!stride.is_valid()) return false;
+  if (!stride.is_valid()) {
+    refuse_nested();
+    return false;
+  }
   if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(stride.ptr())) return false;
   const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
   a.ndim = static_cast<int32_t>(ndim);
@@ -530,6 +566,7 @@ std::string dtype_name(nb::dlpack::dtype dt) {
 void import_array_into(ImportedArray& a, nb::handle obj, const char* name, Stream consumer) {
   if (!obj.is_valid() || obj.is_none()) return;
   if (import_exchange(obj, a) || import_torch_tensor(obj, a, name)) {
+    refuse_negative_bit(obj, name);
     check_view(a, name);
     return;
   }
@@ -626,6 +663,31 @@ void require(const ImportedArray& a, const char* name, const Requirement& req,
       raise_error(std::string(name) + ": row stride " + std::to_string(a.strides[0]) +
                   " is smaller than the width " + std::to_string(a.shape[1]));
   }
+}
+
+nb::object int32_copy_of_int64(nb::handle obj) {
+  const TorchObjects* t = torch_objects();
+  if (t == nullptr || !obj.is_valid() || !PyObject_TypeCheck(obj.ptr(), t->tensor)) return {};
+  nb::object dt = nb::steal(PyObject_GetAttr(obj.ptr(), t->s_dtype.ptr()));
+  if (!dt.is_valid()) throw nb::python_error();
+  if (!dt.is(t->int64)) return {};
+  PyObject* args[2] = {obj.ptr(), t->int32.ptr()};
+  PyObject* r =
+      PyObject_VectorcallMethod(t->s_to.ptr(), args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  if (r == nullptr) throw nb::python_error();
+  return nb::steal(r);
+}
+
+nb::object fresh_view(nb::handle view, ArrayType type) {
+  if (type == ArrayType::DLPack) return nb::borrow(view);          // no in-place view operations
+  static const nb::handle view_name = interned("view").release();  // never released
+  const TorchObjects* t = type == ArrayType::Torch ? torch_objects() : nullptr;
+  const nb::handle method = t != nullptr ? nb::handle(t->s_detach) : nb::handle(view_name);
+  PyObject* args[1] = {view.ptr()};
+  PyObject* r =
+      PyObject_VectorcallMethod(method.ptr(), args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  if (r == nullptr) throw nb::python_error();
+  return nb::steal(r);
 }
 
 nb::object export_array(const void* data, int32_t ndim, int64_t rows, int64_t cols,

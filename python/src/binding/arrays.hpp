@@ -88,6 +88,17 @@ nb::object export_array(const void* data, int32_t ndim, int64_t rows, int64_t co
                         nb::dlpack::dtype dtype, int32_t device_type, int32_t device_id,
                         nb::handle owner, ArrayType type);
 
+/// An int32 copy of `obj` where it is a torch tensor of dtype int64 (obj.to(torch.int32): on
+/// its device, in torch's current stream); a null object for anything else. A copy per call:
+/// the caller's tensor may have changed in place since the last.
+nb::object int32_copy_of_int64(nb::handle obj);
+
+/// A new view object over the memory of `view` (an export_array result of `type`): torch
+/// tensor.detach(), numpy ndarray.view(); DLPack ndarrays, which have no in-place view
+/// operations, are handed back as they are. What a caller does to the new object's shape or
+/// strides (squeeze_, t_, as_strided_, resize_) reaches no other object.
+nb::object fresh_view(nb::handle view, ArrayType type);
+
 /// `s` as an interned Python str: dict and attribute lookups with it find the interned
 /// names of classes and instances by identity, without comparing characters.
 inline nb::str interned(const char* s) {

@@ -1,8 +1,6 @@
 #include "dlpack_exchange.hpp"
 
 #include <cstdint>
-#include <utility>
-#include <vector>
 
 namespace linmeta::py {
 
@@ -31,20 +29,17 @@ struct DLPackExchangeAPI {
 };
 constexpr uint32_t kDLPackMajor = 1;
 
-/// The usable table of `type`: its __dlpack_c_exchange_api__ capsule, the table of major
-/// version 1 in its chain, with the non-owning export and the stream query; else null
-/// (Python error cleared).
-const DLPackExchangeAPI* find_api(PyTypeObject* type) {
-  PyObject* cap =
-      PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__dlpack_c_exchange_api__");
-  if (cap == nullptr) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  void* p = PyCapsule_IsValid(cap, "dlpack_exchange_api") != 0
-                ? PyCapsule_GetPointer(cap, "dlpack_exchange_api")
-                : nullptr;
-  Py_DECREF(cap);  // the table lives as long as the process (dlpack.h), not the capsule
+/// The usable table of `type`: its __dlpack_c_exchange_api__ capsule (looked up in the type's
+/// MRO, without raising where it has none: CPython's attribute cache makes that a few loads),
+/// the table of major version 1 in its chain, with the non-owning export and the stream query;
+/// else null. Looked up on every call: nothing is cached per type (a cache would hold each
+/// type alive, or go stale when the attribute changes).
+const DLPackExchangeAPI* api_of(PyTypeObject* type) {
+  static PyObject* const name = interned("__dlpack_c_exchange_api__").release().ptr();
+  PyObject* cap = _PyType_Lookup(type, name);  // borrowed; null (no error set) when absent
+  if (cap == nullptr || PyCapsule_IsValid(cap, "dlpack_exchange_api") == 0) return nullptr;
+  // The table lives as long as the process (dlpack.h), not the capsule.
+  const void* p = PyCapsule_GetPointer(cap, "dlpack_exchange_api");
   for (auto* h = static_cast<const DLPackExchangeAPIHeader*>(p); h != nullptr; h = h->prev_api) {
     if (h->version.major != kDLPackMajor) continue;
     const auto* api = reinterpret_cast<const DLPackExchangeAPI*>(h);
@@ -53,22 +48,6 @@ const DLPackExchangeAPI* find_api(PyTypeObject* type) {
                : nullptr;
   }
   return nullptr;
-}
-
-/// The types seen so far and their tables (null: none), a strong reference to each type so
-/// that its address stays its own. Never destroyed (no reference may be released after the
-/// interpreter is gone); read and written with the GIL held.
-constexpr size_t kMaxTypes = 16;
-auto* const seen_types = new std::vector<std::pair<nb::object, const DLPackExchangeAPI*>>();
-
-/// `type`'s table, looked up once per type (types past kMaxTypes each time).
-const DLPackExchangeAPI* api_of(PyTypeObject* type) {
-  for (const auto& [t, api] : *seen_types)
-    if (t.ptr() == reinterpret_cast<PyObject*>(type)) return api;
-  const DLPackExchangeAPI* api = find_api(type);
-  if (seen_types->size() < kMaxTypes)
-    seen_types->emplace_back(nb::borrow(reinterpret_cast<PyObject*>(type)), api);
-  return api;
 }
 
 }  // namespace

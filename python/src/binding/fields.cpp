@@ -19,8 +19,32 @@ size_t FieldExporter::KeyHash::operator()(const Key& k) const {
               static_cast<size_t>(k.dtype) * 3 + (k.host ? 5 : 0));
 }
 
-FieldExporter::FieldExporter(nb::object owner, int32_t device_id, ArrayType type)
-    : owner_(std::move(owner)), device_id_(device_id), type_(type) {}
+FieldExporter::FieldExporter(nb::object owner, int32_t device_id, ArrayType type, bool fresh_views)
+    : owner_(std::move(owner)), device_id_(device_id), type_(type), fresh_views_(fresh_views) {}
+
+int FieldExporter::traverse(visitproc visit, void* arg) const {
+  Py_VISIT(owner_.ptr());
+  for (const auto& [key, view] : views_) Py_VISIT(view.ptr());
+  for (const std::vector<View>& row : recent_)
+    for (const View& v : row) Py_VISIT(v.view.ptr());
+  for (const View& v : result_views_) Py_VISIT(v.view.ptr());
+  return 0;
+}
+
+void FieldExporter::clear() {
+  views_.clear();
+  for (std::vector<View>& row : recent_) row.clear();
+  result_views_.clear();
+}
+
+nb::object FieldExporter::handed_out(const Key& key, const nb::object& view) {
+  if (!fresh_views_) return view;
+  for (const View& v : result_views_)
+    if (v.key == key) return v.view;
+  nb::object fresh = fresh_view(view, type_);
+  result_views_.push_back({key, fresh});
+  return fresh;
+}
 
 nb::object FieldExporter::array(Out id, const Array& a, bool device, const CallerArrays& in) {
   if (!a.present) return nb::none();
@@ -38,7 +62,7 @@ nb::object FieldExporter::array(Out id, const Array& a, bool device, const Calle
   const Key key{reinterpret_cast<uintptr_t>(a.data), a.rows, a.cols, a.ndim, a.dtype, !device};
   std::vector<View>& row = recent_[static_cast<size_t>(id)];
   for (auto v = row.rbegin(); v != row.rend(); ++v)
-    if (v->key == key) return v->view;
+    if (v->key == key) return handed_out(key, v->view);
   auto it = views_.find(key);
   if (it == views_.end()) {
     if (views_.size() >= kMaxViews) {  // start again, every row's list too
@@ -53,7 +77,7 @@ nb::object FieldExporter::array(Out id, const Array& a, bool device, const Calle
   }
   if (row.size() >= kMaxViewsPerRow) row.clear();
   row.push_back({key, it->second});
-  return it->second;
+  return handed_out(key, it->second);
 }
 
 nb::object FieldExporter::value(const OutputSpec& spec, const Metadata& m, const CallerArrays& in) {
@@ -75,7 +99,7 @@ nb::object FieldExporter::value(const OutputSpec& spec, const Metadata& m, const
       if (!a.present) return nb::none();
       nb::list l;  // a new list each time, as vLLM's
       for (int64_t i = 0; i < a.size(); ++i) l.append(nb::int_(a.at(i)));
-      return std::move(l);
+      return l;
     }
     case FieldType::Composite:
       return composite(spec, m, in);
@@ -107,9 +131,9 @@ nb::object FieldExporter::composite(const OutputSpec& spec, const Metadata& m,
   if (spec.id == Out::NumsDict) {
     nb::dict outer;
     outer[nb::int_(kConvBlock)] = d;
-    return std::move(outer);
+    return outer;
   }
-  return std::move(d);
+  return d;
 }
 
 }  // namespace linmeta::py

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "gc_slots.hpp"
 #include "linmeta/names.hpp"
 
 namespace linmeta::py {
@@ -28,6 +29,18 @@ nb::object as_namespace(const OutputSpec& spec, nb::object value) {
 }
 
 }  // namespace
+
+int PyMetadata::traverse(visitproc visit, void* arg) const {
+  Py_VISIT(builder_.ptr());
+  for (const nb::object& o : keep_) Py_VISIT(o.ptr());
+  for (const nb::object& o : cache_) Py_VISIT(o.ptr());
+  return exporter_.traverse(visit, arg);
+}
+
+void PyMetadata::clear() {
+  for (nb::object& o : cache_) o = nb::object();
+  exporter_.clear();
+}
 
 PyMetadata::PyMetadata(const Metadata& m, BuilderKind kind, nb::object builder, int32_t group,
                        int32_t num_reqs, int32_t device_id, ArrayType type,
@@ -59,7 +72,7 @@ nb::object PyMetadata::get(Out id) {
 
 void PyMetadata::bind(nb::module_& m) {
   auto cls = nb::class_<PyMetadata>(
-      m, "Metadata",
+      m, "Metadata", nb::type_slots(GcSlots<PyMetadata>::slots),
       "One build's metadata of one KV-cache group. A property per field of vLLM's metadata "
       "dataclasses (linmeta.OUTPUT_FIELDS); None where absent or where the builder kind has "
       "no such field. Arrays are views of the builder's persistent buffers (DLPack, torch or "

@@ -33,6 +33,11 @@ class PyMetadata {
 
   static void bind(nb::module_& m);
 
+  /// tp_traverse / tp_clear: the objects held (a cycle may run through them: a caller that
+  /// keeps a Metadata on a subclass of its builder).
+  int traverse(visitproc visit, void* arg) const;
+  void clear();
+
  private:
   Metadata m_;
   BuilderKind kind_;

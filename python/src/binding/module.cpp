@@ -109,6 +109,7 @@ nb::object make_metadata(const Metadata& m, nb::handle self, const PyBuilder& b,
 nb::object build_one(nb::pointer_and_handle<PyBuilder> self, const StepArgs& a,
                      nb::handle block_table, bool capture) {
   PyBuilder& b = *self.p;
+  const CallGuard guard(b, capture ? "build_for_cudagraph_capture" : "build");
   PreparedStep p;
   prepare(p, b, a);
   p.step.block_table = import_table(p, block_table, "block_table", p.step.num_reqs, b.memory());
@@ -120,6 +121,7 @@ nb::object build_one(nb::pointer_and_handle<PyBuilder> self, const StepArgs& a,
 nb::list build_groups(nb::pointer_and_handle<PyBuilder> self, const StepArgs& a,
                       nb::handle block_tables, bool capture) {
   PyBuilder& b = *self.p;
+  const CallGuard guard(b, capture ? "build_groups_for_cudagraph_capture" : "build_groups");
   PreparedStep p;
   prepare(p, b, a);
   if (!block_tables.is_valid() || block_tables.is_none() || !PySequence_Check(block_tables.ptr()))
@@ -273,6 +275,7 @@ NB_MODULE(_linmeta, m) {
          [](nb::pointer_and_handle<PyBuilder> self, nb::handle metadata_obj, nb::handle block_table,
             nb::handle group_obj, nb::handle stream) {
            PyBuilder& b = *self.p;
+           const CallGuard guard(b, "update_block_table");
            if (!nb::isinstance<PyMetadata>(metadata_obj))
              throw nb::type_error(
                  ("linmeta: metadata must be a linmeta.Metadata of this builder, got " +

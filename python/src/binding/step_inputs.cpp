@@ -18,11 +18,31 @@ void check_length(const ImportedArray& a, const char* name, int64_t need, bool e
                 (exact ? " (num_reqs = len(query_start_loc_cpu) - 1)" : ""));
 }
 
+/// A bool array's first `n` elements (host memory, contiguous) hold 0 or 1 each: another
+/// byte (a uint8 array re-viewed as bool) is no bool a reader agrees on (C++ bool, torch
+/// kernels and numpy may each read it differently).
+void check_bool_bytes(const ImportedArray& a, const char* name, int32_t n) {
+  const auto* bytes = static_cast<const unsigned char*>(a.data);
+  for (int32_t i = 0; i < n; ++i)
+    if (bytes[i] > 1)
+      raise_error(std::string(name) + "[" + std::to_string(i) + "] holds the byte " +
+                  std::to_string(bytes[i]) + ": a bool array holds 0 or 1 in each byte");
+}
+
 std::string py_type_name(nb::handle v) {
   return nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(v.ptr())))));
 }
 
 }  // namespace
+
+CallGuard::CallGuard(PyBuilder& b, const char* what) : b_(b) {
+  if (b.busy)
+    raise_error(std::string(what) +
+                " entered while another call of the same builder is running (from an input's "
+                "Python code, such as __array_interface__ or __dlpack__, or from a second "
+                "thread): a builder serves one call at a time");
+  b.busy = true;
+}
 
 StepArgs make_step_args(nb::handle query_start_loc_cpu, nb::handle seq_lens,
                         nb::handle seq_lens_cpu_upper_bound, nb::handle num_actual_tokens,
@@ -142,26 +162,21 @@ BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32
   return t;
 }
 
-bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a, bool int64_counts) {
+void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a) {
   const TargetMemory mem = b.memory();
   p.arrays.reserve(p.arrays.size() + 8);  // this step's arrays: one allocation
   p.stream = mem.target == Target::Cuda ? parse_stream(a.stream) : nullptr;
   if (mem.target == Target::Host) (void)parse_stream(a.stream);  // still type-check it
   Step& s = p.step;
 
-  bool int64_count = false;  // int64_counts and one is
-  auto imp = [&](nb::handle obj, const char* name, Requirement req, bool required,
-                 bool count = false) -> ImportedArray* {
+  auto imp = [&](nb::handle obj, const char* name, Requirement req,
+                 bool required) -> ImportedArray* {
     if (!obj.is_valid() || obj.is_none()) {
       if (required) raise_error(std::string(name) + " is required");
       return nullptr;
     }
     ImportedArray& arr = p.arrays.emplace_back();  // kept alive by `p` (read in place)
     import_array_into(arr, obj, name, p.stream);
-    if (count && int64_counts && arr.dtype == kInt64) {
-      int64_count = true;
-      return nullptr;
-    }
     require(arr, name, req, mem);
     return &arr;
   };
@@ -195,14 +210,14 @@ bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a, bool int64_
 
   if (const ImportedArray* ip = imp(a.is_prefilling, "is_prefilling", host_bool, false)) {
     check_length(*ip, "is_prefilling", n, exact, "num_reqs");
+    check_bool_bytes(*ip, "is_prefilling", n);
     s.is_prefilling = {static_cast<const bool*>(ip->data), static_cast<size_t>(n)};
   }
-  if (const ImportedArray* dr = imp(a.num_decode_draft_tokens_cpu, "num_decode_draft_tokens_cpu",
-                                    host_i32, false, true)) {
+  if (const ImportedArray* dr =
+          imp(a.num_decode_draft_tokens_cpu, "num_decode_draft_tokens_cpu", host_i32, false)) {
     check_length(*dr, "num_decode_draft_tokens_cpu", n, exact, "num_reqs");
     s.num_decode_draft_tokens = {static_cast<const int32_t*>(dr->data), static_cast<size_t>(n)};
   }
-  if (int64_count) return false;
 
   // Device (target-memory) arrays. On the host target query_start_loc defaults to the host copy.
   if (a.query_start_loc.is_valid() && !a.query_start_loc.is_none()) {
@@ -218,11 +233,10 @@ bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a, bool int64_
   check_length(*sl, "seq_lens", n, exact, "num_reqs");
   s.seq_lens = static_cast<const int32_t*>(sl->data);
   if (const ImportedArray* acc =
-          imp(a.num_accepted_tokens, "num_accepted_tokens", dev_i32, false, true)) {
+          imp(a.num_accepted_tokens, "num_accepted_tokens", dev_i32, false)) {
     check_length(*acc, "num_accepted_tokens", n, exact, "num_reqs");
     s.num_accepted_tokens = static_cast<const int32_t*>(acc->data);
   }
-  return !int64_count;
 }
 
 }  // namespace linmeta::py

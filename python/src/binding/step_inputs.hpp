@@ -23,8 +23,25 @@ struct PyBuilder {
   MetadataBuilder builder;
   int32_t device_id;  ///< cuda target: the device holding the buffers
   ArrayType array_type;
+  bool busy = false;  ///< a call is running (CallGuard); read and written with the GIL held
 
   [[nodiscard]] TargetMemory memory() const { return {builder.target(), device_id}; }
+};
+
+/// Marks a builder busy for one call. A call that enters while another call of the same
+/// builder is running — re-entered from Python code the first runs (an input's
+/// __array_interface__, __dlpack__ or attribute), or from a second thread while the first
+/// waits for the GIL in such code — raises linmeta.Error and changes nothing: a builder
+/// serves one call at a time (its step inputs, buffers and returned views are one step's).
+class CallGuard {
+ public:
+  CallGuard(PyBuilder& b, const char* what);
+  ~CallGuard() { b_.busy = false; }
+  CallGuard(const CallGuard&) = delete;
+  CallGuard& operator=(const CallGuard&) = delete;
+
+ private:
+  PyBuilder& b_;
 };
 
 /// The Python arguments of one step.
@@ -81,9 +98,7 @@ BlockTable import_table(ImportedArray& a, nb::handle obj, const char* name, int3
 BlockTable import_table(PreparedStep& p, nb::handle obj, const char* name, int32_t num_reqs,
                         const TargetMemory& mem);
 
-/// Imports and checks every step input (no copies; nothing is written); true. With
-/// `int64_counts` (a caller that converts them), an int64 num_accepted_tokens or
-/// num_decode_draft_tokens_cpu ends the import instead of its TypeError: false.
-bool prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a, bool int64_counts = false);
+/// Imports and checks every step input (no copies; nothing is written).
+void prepare(PreparedStep& p, const PyBuilder& b, const StepArgs& a);
 
 }  // namespace linmeta::py

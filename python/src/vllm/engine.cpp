@@ -2,6 +2,7 @@
 
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <memory>
@@ -9,9 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include "../binding/config_args.hpp"
 #include "../binding/dlpack_exchange.hpp"
 #include "../binding/fields.hpp"
+#include "../binding/gc_slots.hpp"
 #include "../binding/step_inputs.hpp"
+#include "builder_impl.hpp"  // the last plan's FULL-graph staging (src/step_plan.hpp)
 #include "linmeta/outputs.hpp"
 
 namespace nb = nanobind;
@@ -42,14 +46,18 @@ constexpr std::array<const char*, kAttrs> kAttrNames = {"query_start_loc_cpu",
                                                         "num_reqs",
                                                         "block_table_tensor"};
 
-/// One call's CommonAttentionMetadata inputs plus the counts handed to build().
+/// One build's inputs: the CommonAttentionMetadata attributes and the counts handed to
+/// build(), read afresh on every call (nothing is kept from an earlier call's objects).
 struct CallInputs {
   std::array<nb::object, kAttrs> attr;
-  nb::object accepted, drafts;
+  nb::object accepted, drafts;      ///< the caller's objects (handed back where a field is one)
+  nb::object accepted32, drafts32;  ///< what is read: int32 copies of int64 torch counts
 
-  /// Reads call's inputs (replacing those held).
+  /// `convert`: int64 torch counts are read from int32 copies (GDN / KDA: vLLM releases
+  /// before 0.34 keep them as int64; linmeta reads int32), else read as they are (an int64
+  /// count is then refused by dtype).
   void read(nb::handle m, nb::handle accepted_, nb::handle drafts_,
-            const std::array<nb::str, kAttrs>& names) {
+            const std::array<nb::str, kAttrs>& names, bool convert) {
     for (int32_t i = 0; i < kAttrs; ++i) {
       PyObject* v = PyObject_GetAttr(m.ptr(), names[i].ptr());
       if (v == nullptr) {
@@ -63,52 +71,25 @@ struct CallInputs {
     }
     accepted = nb::borrow(accepted_);
     drafts = nb::borrow(drafts_);
+    accepted32 = convert ? int32_copy_of_int64(accepted) : nb::object();
+    if (!accepted32.is_valid()) accepted32 = accepted;
+    drafts32 = convert ? int32_copy_of_int64(drafts) : nb::object();
+    if (!drafts32.is_valid()) drafts32 = drafts;
   }
 
-  /// The same step as `o`: the very objects the runner hands every group of a step
-  /// (query_start_loc_cpu, seq_lens, ... are new objects every step, and `o` holds its own
-  /// alive, so the same object means the same step); the per-group slices vLLM 0.34's runner
-  /// makes afresh for each builder call (is_prefilling, the counts) may instead be views of
-  /// the same memory (data, shape, strides, dtype, device).
-  [[nodiscard]] bool same_step(const CallInputs& o) const {
-    for (int32_t i = 0; i < kAttrs; ++i) {
-      if (i == kBlockTable) continue;
-      if (i == kNumActualTokens || i == kNumReqs) {
-        if (!attr[i].equal(o.attr[i])) return false;
-      } else if (i == kIsPrefilling) {
-        if (!same_view(attr[i], o.attr[i])) return false;
-      } else if (!attr[i].is(o.attr[i])) {
-        return false;
-      }
-    }
-    return same_view(accepted, o.accepted) && same_view(drafts, o.drafts);
-  }
-
- private:
-  /// `a` is `b`, or both views of the same memory; an input that does not import is no match
-  /// (the plan then names it).
-  static bool same_view(nb::handle a, nb::handle b) {
-    if (a.is(b)) return true;
-    if (a.is_none() || b.is_none()) return false;
-    try {
-      const ImportedArray x = import_array(a, "input", nullptr);
-      const ImportedArray y = import_array(b, "input", nullptr);
-      return x.data == y.data && x.ndim == y.ndim && x.shape[0] == y.shape[0] &&
-             x.shape[1] == y.shape[1] && x.strides[0] == y.strides[0] &&
-             x.strides[1] == y.strides[1] && x.dtype == y.dtype && x.device_type == y.device_type &&
-             x.device_id == y.device_id;
-    } catch (const nb::python_error&) {
-      return false;
-    } catch (const std::exception&) {
-      return false;
-    }
-  }
-
- public:
   [[nodiscard]] StepArgs args(nb::handle stream) const {
     return make_step_args(attr[kQslCpu], attr[kSeqLens], attr[kUpperBound], attr[kNumActualTokens],
-                          attr[kQsl], attr[kIsPrefilling], drafts, accepted, attr[kNumReqs],
+                          attr[kQsl], attr[kIsPrefilling], drafts32, accepted32, attr[kNumReqs],
                           stream);
+  }
+
+  int traverse(visitproc visit, void* arg) const {
+    for (const nb::object& o : attr) Py_VISIT(o.ptr());
+    Py_VISIT(accepted.ptr());
+    Py_VISIT(drafts.ptr());
+    Py_VISIT(accepted32.ptr());
+    Py_VISIT(drafts32.ptr());
+    return 0;
   }
 };
 
@@ -127,10 +108,12 @@ struct Maker {
     if (new_ == nullptr) throw nb::type_error("linmeta.vllm: the metadata class has no __new__");
   }
 
+  [[nodiscard]] PyTypeObject* type() const { return reinterpret_cast<PyTypeObject*>(cls.ptr()); }
+
   /// An instance whose instance __dict__ is `fields` (vLLM's metadata classes are plain
   /// dataclasses, which linmeta.vllm checks: the same as calling __init__ with them).
   [[nodiscard]] nb::object operator()(nb::handle fields) const {
-    static const nb::str dict_name = interned("__dict__");
+    static const nb::handle dict_name = interned("__dict__").release();  // never released
     nb::object obj =
         nb::steal(new_(reinterpret_cast<PyTypeObject*>(cls.ptr()), no_args.ptr(), nullptr));
     if (!obj.is_valid() || PyObject_SetAttr(obj.ptr(), dict_name.ptr(), fields.ptr()) != 0)
@@ -157,30 +140,63 @@ nb::dict copy(nb::handle d) {
 /// The block table's attribute name in CommonAttentionMetadata (errors name it).
 constexpr const char* kTableName = "block_table_tensor";
 
+/// The builder argument of Engine(): a linmeta.MetadataBuilder of one group.
+nb::object checked_builder(nb::handle builder) {
+  if (!nb::isinstance<PyBuilder>(builder))
+    throw nb::type_error(("linmeta.vllm: Engine takes a linmeta.MetadataBuilder, got " +
+                          nb::cast<std::string>(nb::str(
+                              nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(builder.ptr()))))))
+                             .c_str());
+  if (nb::inst_ptr<PyBuilder>(builder)->builder.num_groups() != 1)
+    raise_error("linmeta.vllm: an Engine serves one KV-cache group (num_groups = 1)");
+  return nb::borrow(builder);
+}
+
+/// linmeta.vllm.Error: what the engine raises where the library raises linmeta::Error — a
+/// linmeta.Error (a ValueError) that is also an AssertionError and a RuntimeError, the
+/// exceptions vLLM's builders raise in those situations (their assertions; torch's errors), so
+/// that code catching vLLM's builder's exception catches linmeta's too. Made by bind_vllm.
+PyObject* vllm_error = nullptr;
+
+/// `f()`, with a linmeta::Error raised as linmeta.vllm.Error (the same message).
+template <class F>
+auto raising_vllm_errors(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    PyErr_SetString(vllm_error, e.what());
+    throw nb::python_error();
+  }
+}
+
+class Engine;
+/// Every live engine (update_block_table looks up the engine that made a metadata object);
+/// read and written with the GIL held, never destroyed.
+auto* const live_engines = new std::vector<Engine*>();
+
+/// The native half of one linmeta.vllm builder object (engine.hpp).
 class Engine {
  public:
-  /// builder: a linmeta MetadataBuilder (one group per builder object of the engine);
-  /// cls: the metadata dataclass every call returns; defaults: its fields' defaults (every
-  /// result starts from a copy); classes: {field name: dataclass} for the composites vLLM
-  /// returns as dataclasses ("a.b" for one nested in composite a); each made with its
-  /// members as the instance's __dict__ (Maker);
-  /// prefetch_tables: a plan gathers the other groups' state indices from the tables they
-  /// used the step before (checked when they are served).
-  Engine(nb::object builder, nb::object cls, nb::dict defaults, nb::dict classes,
-         bool prefetch_tables)
-      : b_(nb::inst_ptr<PyBuilder>(builder)),
-        exporter_(builder, b_->device_id, b_->array_type),
+  /// builder: the object's own linmeta MetadataBuilder (one group); cls: the metadata
+  /// dataclass every call returns; defaults: its fields' defaults (every result starts from a
+  /// copy); classes: {field name: dataclass} for the composites vLLM returns as dataclasses
+  /// ("a.b" for one nested in composite a); each made with its members as the instance's
+  /// __dict__ (Maker).
+  Engine(nb::handle builder, nb::object cls, nb::dict defaults, nb::dict classes)
+      : builder_(checked_builder(builder)),
+        b_(nb::inst_ptr<PyBuilder>(builder_)),
+        exporter_(builder_, b_->device_id, b_->array_type, /*fresh_views=*/true),
         make_(std::move(cls)),
-        defaults_(std::move(defaults)),
-        prefetch_(prefetch_tables) {
+        defaults_(std::move(defaults)) {
     for (int32_t i = 0; i < kAttrs; ++i) names_[i] = interned(kAttrNames[i]);
     const BuilderKind kind = b_->builder.kind();
+    converts_counts_ = is_gdn_family(kind);
     nb::set wanted;
     for (nb::handle f : dataclass_fields(make_.cls)) wanted.add(f);
     for (const OutputSpec& spec : kOutputs) {
       if (!spec.is_output() || spec.nested() || !spec.has(kind)) continue;
       nb::str key = interned(spec.name);  // the dataclass's field names are interned
-      if (wanted.contains(key)) keys_.push_back({spec.id, key});
+      if (wanted.contains(key)) keys_.push_back({spec.id, key, has_group_rows(spec)});
     }
     // Each composite dataclass and its fields' rows (vLLM's; the seed KDA's has two of six).
     for (auto [k, c] : classes) {
@@ -194,85 +210,144 @@ class Engine {
             {nb::borrow<nb::str>(f), find_output(name + "." + nb::cast<std::string>(f))});
       composites_[static_cast<size_t>(row->id)] = std::make_unique<CompositeClass>(std::move(cc));
     }
-    const auto G = static_cast<size_t>(b_->builder.num_groups());
-    tables_.resize(G);
-    served_.assign(G, 1);
-    results_.resize(G);
-    metas_.resize(G);
+    live_engines->push_back(this);
+  }
+  ~Engine() { std::erase(*live_engines, this); }
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// The metadata of the step of CommonAttentionMetadata `m` (capture: vLLM's
+  /// build_for_cudagraph_capture): one plan and one launch of this object's own builder.
+  nb::object build(nb::handle m, nb::handle accepted, nb::handle drafts, bool capture) {
+    return raising_vllm_errors([&] { return build_step(m, accepted, drafts, capture); });
   }
 
-  /// Group `group`'s metadata of the step of CommonAttentionMetadata `m`; with int64_counts,
-  /// None (nothing done) for int64 counts, which the caller converts, instead of their
-  /// TypeError.
-  nb::object build(int32_t group, nb::handle m, nb::handle accepted, nb::handle drafts,
-                   bool capture, bool int64_counts) {
-    check_group(group);
-    // This call's inputs in the slot the planning call's are not in.
-    const int32_t slot = last_ == 0 ? 1 : 0;
-    CallInputs& in = calls_[static_cast<size_t>(slot)];
-    in.read(m, accepted, drafts, names_);
-    const auto g = static_cast<size_t>(group);
-    if (last_ >= 0 && !served_[g] && capture == capture_ && in.same_step(last())) {
-      served_[g] = 1;
-      ++served_count_;
-      regather(group, in.attr[kBlockTable], kTableName);
-      // The planning call's result with this group's values where they differ; this call's
-      // objects where a field is one, as vLLM returns them.
-      return result(group, planned_valid_ ? fill(group, copy(planned_), in, &planned_meta_)
-                                          : fill(group, copy(defaults_), in));
-    }
-    if (!plan(group, in, capture, int64_counts)) return nb::none();
-    last_ = slot;
-    // What the other groups' calls and the next plan start from: the last plan's result
-    // where a field keeps its value (a scheduler's steps repeat most), updated in place.
-    const bool from_last = planned_valid_;
-    planned_valid_ = false;  // until filled (an export that raises leaves it part-filled)
-    if (!from_last) planned_ = copy(defaults_);
-    fill(group, planned_, last(), from_last ? &planned_meta_ : nullptr);
-    planned_meta_ = metas_[g];
-    planned_valid_ = true;
-    return result(group, copy(planned_));
-  }
-
-  nb::object update_block_table(int32_t group, nb::handle metadata, nb::handle table) {
-    check_group(group);
-    // The metadata must be an object made from a dict this engine returned in its last step.
-    nb::object d = nb::steal(PyObject_GetAttrString(metadata.ptr(), "__dict__"));
-    if (!d.is_valid()) throw nb::python_error();
-    bool ours = false;
-    for (const nb::object& r : results_) ours = ours || (r.is_valid() && r.is(d));
-    if (!ours)
-      raise_error("update_block_table takes metadata this engine's builders made in its last step");
-    regather(group, table, "blk_table");  // vLLM's argument name
-    served_[static_cast<size_t>(group)] = 1;
-    return result(group, fill(group, copy(d), last()));
+  nb::object update_block_table(nb::handle metadata, nb::handle table) {
+    return raising_vllm_errors([&] { return update(metadata, table); });
   }
 
   [[nodiscard]] nb::dict stats() const {
     nb::dict d;
     d["plans"] = plans_;
-    d["served"] = served_count_;
     d["regathers"] = regathers_;
+    d["rebuilds"] = rebuilds_;
     d["views"] = exporter_.views_made();
     return d;
   }
 
+  [[nodiscard]] const nb::object& builder() const { return builder_; }
+
+  /// The Python objects this engine holds, for the garbage collector: a result may refer back
+  /// to the builder object holding this engine (a cycle through native code otherwise).
+  int traverse(visitproc visit, void* arg) const {
+    Py_VISIT(builder_.ptr());
+    Py_VISIT(make_.cls.ptr());
+    Py_VISIT(defaults_.ptr());
+    for (const auto& c : composites_)
+      if (c) Py_VISIT(c->make.cls.ptr());
+    if (const int r = last_.traverse(visit, arg); r != 0) return r;
+    Py_VISIT(table_.object.ptr());
+    Py_VISIT(result_.ptr());
+    return exporter_.traverse(visit, arg);
+  }
+  /// Drops the references a cycle may run through (the engine is unreachable: no call follows).
+  void clear() {
+    last_ = CallInputs{};
+    table_.object = nb::object();
+    result_ = nb::object();
+    defaults_ = nb::dict();
+    exporter_.clear();
+  }
+
  private:
+  nb::object build_step(nb::handle m, nb::handle accepted, nb::handle drafts, bool capture) {
+    const CallGuard guard(*b_, capture ? "build_for_cudagraph_capture" : "build");
+    CallInputs in;
+    in.read(m, accepted, drafts, names_, converts_counts_);
+    Built built = plan(in, in.attr[kBlockTable], capture);
+    commit(std::move(in), std::move(built), capture);
+    return result(fill(copy(defaults_)));
+  }
+
+  /// vLLM's update_block_table: `metadata` with its state indices gathered from `table`.
+  /// Metadata this engine made in its last call: one re-gather into its buffers. Metadata
+  /// another engine of the same configuration made in its last call (vLLM's runner hands a
+  /// group's metadata to the other groups' builders of the same spec): this engine builds
+  /// that step from the inputs the other read, with `table`, and checks the step's counts are
+  /// the metadata's.
+  nb::object update(nb::handle metadata, nb::handle table) {
+    const CallGuard guard(*b_, "update_block_table");
+    nb::object d = nb::steal(PyObject_GetAttrString(metadata.ptr(), "__dict__"));
+    if (!d.is_valid()) throw nb::python_error();
+    if (result_.is_valid() && result_.is(d)) {
+      regather(table);
+      return result(fill(copy(d), /*group_rows_only=*/true));
+    }
+    Engine* source = maker_of(d);
+    if (source == nullptr)
+      raise_error("update_block_table takes metadata a linmeta.vllm builder made in its last call");
+    if (source->b_->builder.kind() != b_->builder.kind() ||
+        !config_dict(source->b_->builder.config()).equal(config_dict(b_->builder.config())))
+      raise_error(
+          "update_block_table takes metadata of a builder of the same configuration (this "
+          "metadata's builder has another)");
+    CallInputs in = source->last_;
+    Built built = plan(in, table, source->capture_, "blk_table");
+    const Metadata& theirs = source->meta_;
+    const bool same =
+        static_cast<const StepCounts&>(built.meta) == static_cast<const StepCounts&>(theirs) &&
+        built.num_reqs == source->num_reqs_;
+    commit(std::move(in), std::move(built), source->capture_);  // the builder's buffers are its
+    if (!same) {
+      result_ = nb::object();  // the last result's views show this build now
+      raise_error(
+          "update_block_table: the step's inputs changed in place since this metadata was "
+          "built (its counts are not the step's any more)");
+    }
+    ++rebuilds_;
+    return result(fill(copy(d), /*group_rows_only=*/true));
+  }
+
   struct Key {
     Out id;
     nb::str name;
+    bool group;  ///< the row or a member of its composite is Scope::Group
   };
-  /// The table a group's state indices were gathered from in the last step.
+
+  /// Whether top-level row `spec` is, or holds (a composite's members, at any depth), a row
+  /// of Scope::Group: what update_block_table re-gathers.
+  static bool has_group_rows(const OutputSpec& spec) {
+    const size_t n = std::strlen(spec.name);
+    for (const OutputSpec& row : kOutputs)
+      if (row.is_output() && row.scope == Scope::Group &&
+          (row.id == spec.id || (std::strncmp(row.name, spec.name, n) == 0 && row.name[n] == '.')))
+        return true;
+    return false;
+  }
+  /// The block table of the last call.
   struct GroupTable {
     nb::object object;
     BlockTable table;
-    int64_t rows = 0;
+  };
+  /// A plan's outcome, made this engine's by commit().
+  struct Built {
+    Metadata meta;
+    GroupTable table;
+    int32_t num_reqs = 0;  ///< the step's rows
+    /// vLLM's num_accepted_tokens is its own int32 buffer's: the spec rows staged in the
+    /// FULL-graph buffers, or KDA's RecoverSSM (which always writes its own counts).
+    bool accepted_int32 = false;
+    const int32_t* seq_lens = nullptr;  ///< the caller arrays' data (FieldExporter hands
+    const int32_t* accepted = nullptr;  ///< their objects back where a field is one)
+    const int32_t* qsl = nullptr;
+    const int32_t* drafts = nullptr;
   };
 
-  void check_group(int32_t group) const {
-    if (group < 0 || group >= b_->builder.num_groups())
-      raise_error("group " + std::to_string(group) + " is outside [0, " +
-                  std::to_string(b_->builder.num_groups()) + ")");
+  /// The engine that made result dict `d` in its last call, or null.
+  static Engine* maker_of(nb::handle d) {
+    for (Engine* e : *live_engines)
+      if (e->result_.is_valid() && e->result_.is(d)) return e;
+    return nullptr;
   }
 
   /// The stream a step launches on: on the cuda target the current work stream of the block
@@ -306,139 +381,125 @@ class Engine {
   GroupTable import(nb::handle obj, int32_t num_reqs, const char* name, Stream consumer) const {
     ImportedArray a;
     const BlockTable t = import_table(a, obj, name, num_reqs, b_->memory(), consumer);
-    return {nb::borrow(obj), t, a.shape[0]};
+    return {nb::borrow(obj), t};
   }
 
-  /// Plans the step and builds every group: group `group` from its own table, the others
-  /// from the tables they had the step before (prefetch) or this one. False (nothing done)
-  /// for int64 counts with int64_counts.
-  bool plan(int32_t group, const CallInputs& in, bool capture, bool int64_counts) {
+  /// Plans and builds the step of `in` from block table `table` (`table_name` for errors).
+  /// Nothing of the engine changes: commit() takes the outcome.
+  Built plan(const CallInputs& in, nb::handle table, bool capture,
+             const char* table_name = kTableName) {
     PreparedStep& p = prepared_;
     p.reset();  // its vectors' memory stays
-    const LaunchStream launch = launch_stream(in.attr[kBlockTable]);
-    // The inputs ordered before the launch stream.
-    if (!prepare(p, *b_, in.args(nb::steal(PyLong_FromVoidPtr(launch.stream))), int64_counts))
-      return false;
-    const int32_t n = p.step.num_reqs;
-    const GroupTable own = import(in.attr[kBlockTable], n, kTableName, p.stream);
-    require_known(launch, in.attr[kBlockTable], kTableName);
-    const auto G = static_cast<size_t>(b_->builder.num_groups());
-    std::vector<GroupTable>& use = use_;
-    use.assign(G, own);
-    for (size_t h = 0; h < G; ++h) {
-      const GroupTable& prev = tables_[h];
-      // A table as tall and as wide as this step's own (the gathers it needs) only.
-      if (prefetch_ && static_cast<int32_t>(h) != group && prev.object.is_valid() &&
-          prev.rows >= n && prev.table.width >= own.table.width)
-        use[h] = prev;
-    }
-    p.tables.clear();
-    for (const GroupTable& t : use) p.tables.push_back(t.table);
-    p.step.block_table = p.tables[0];
-    const std::span<const Metadata> ms =
-        capture ? b_->builder.build_groups_for_cudagraph_capture(p.step, p.tables, p.stream)
-                : b_->builder.build_groups(p.step, p.tables, p.stream);
-    ++plans_;
-    capture_ = capture;
-    seq_lens_ = p.step.seq_lens;
-    accepted_ = p.step.num_accepted_tokens;
-    qsl_ = p.step.query_start_loc;
-    drafts_ =
-        p.step.num_decode_draft_tokens.empty() ? nullptr : p.step.num_decode_draft_tokens.data();
-    num_reqs_ = n;
-    for (size_t h = 0; h < G; ++h) {
-      metas_[h] = ms[h];
-      tables_[h] = std::move(use[h]);
-      served_[h] = static_cast<int32_t>(h) == group ? 1 : 0;
-      results_[h] = nb::object();
-    }
-    p.reset();  // the caller's arrays are held by the call's inputs from here
-    return true;
-  }
-
-  /// Group `group`'s state indices of the last step from `table`: the plan's own unless the
-  /// table is in other memory than the launch read (then one re-gather).
-  void regather(int32_t group, nb::handle table, const char* name) {
-    const auto g = static_cast<size_t>(group);
     const LaunchStream launch = launch_stream(table);
-    GroupTable t = import(table, num_reqs_, name, launch.stream);  // ordered before a re-gather
-    require_known(launch, table, name);
-    const Stream s = launch.stream;
-    if (!(t.table == tables_[g].table)) {
-      metas_[g] = b_->builder.update_block_table(metas_[g], t.table, group, s);
-      ++regathers_;
-    }
-    tables_[g] = std::move(t);
-  }
-
-  /// Group `group`'s result: the metadata dataclass over `fields` (update_block_table takes
-  /// only objects made so in the engine's last step).
-  nb::object result(int32_t group, nb::dict fields) {
-    results_[static_cast<size_t>(group)] = fields;
-    return make_(fields);
-  }
-
-  /// Sets the fields of `out` from group `group`'s metadata: every one, or with `base` (the
-  /// metadata `out`'s values were made from) those whose value differs from base's; `in`: the
-  /// caller's objects to hand back where a field is one (views of the planning call's memory).
-  nb::dict fill(int32_t group, nb::dict out, const CallInputs& in, const Metadata* base = nullptr) {
-    const auto g = static_cast<size_t>(group);
-    const Metadata& m = metas_[g];
-    CallerArrays ca;
-    ca.seq_lens = in.attr[kSeqLens];
-    ca.accepted = in.accepted;
-    ca.query_start_loc = in.attr[kQsl];
-    ca.block_table = tables_[g].object;
-    ca.seq_lens_data = seq_lens_;
-    ca.accepted_data = accepted_;
-    ca.query_start_loc_data = qsl_;
-    ca.drafts = in.drafts;
-    ca.drafts_data = drafts_;
-    for (const Key& k : keys_) {
-      if (base != nullptr && same_value(output_spec(k.id), m, *base)) continue;
-      out[k.name] = value(output_spec(k.id), m, ca);
-    }
+    // The inputs ordered before the launch stream.
+    prepare(p, *b_, in.args(nb::steal(PyLong_FromVoidPtr(launch.stream))));
+    Built out;
+    out.table = import(table, p.step.num_reqs, table_name, p.stream);
+    require_known(launch, table, table_name);
+    p.step.block_table = out.table.table;
+    out.meta = capture ? b_->builder.build_for_cudagraph_capture(p.step, p.stream)
+                       : b_->builder.build(p.step, p.stream);
+    out.num_reqs = p.step.num_reqs;
+    const MetadataBuilder::Impl& impl = b_->builder.impl();
+    out.accepted_int32 = impl.plans_[static_cast<size_t>(impl.current_)].stage_spec ||
+                         b_->builder.config().use_recoverssm;
+    out.seq_lens = p.step.seq_lens;
+    out.accepted = p.step.num_accepted_tokens;
+    out.qsl = p.step.query_start_loc;
+    out.drafts =
+        p.step.num_decode_draft_tokens.empty() ? nullptr : p.step.num_decode_draft_tokens.data();
+    p.reset();  // the caller's arrays are held by the call's inputs from here
     return out;
   }
 
-  /// Whether row `spec` has the same Python value in `a` (this call's metadata) as in `b`
-  /// (the last plan's, of this step or the step before): equal counts, flags and optional ints;
-  /// arrays of the same memory, shape and dtype (the same view object: FieldExporter), unless in
-  /// the caller's memory (each call gets its own objects back). Lists (vLLM makes a new one each
-  /// call), tables and composites are made anew.
-  [[nodiscard]] bool same_value(const OutputSpec& spec, const Metadata& a,
-                                const Metadata& b) const {
-    const FieldRef x = spec.field(const_cast<Metadata&>(a));
-    const FieldRef y = spec.field(const_cast<Metadata&>(b));
-    if (!x || !y) return !x && !y;
-    switch (x.type) {
-      case FieldType::Count:
-        return x.count() == y.count();
-      case FieldType::OptionalInt:
-        return x.optional_int() == y.optional_int();
-      case FieldType::Flag:
-        return x.flag() == y.flag();
-      case FieldType::Array: {
-        const void* d = x.array().data;
-        return spec.shape != Shape::List && x.array() == y.array() &&
-               (d == nullptr || (d != accepted_ && d != drafts_ && d != seq_lens_ && d != qsl_));
-      }
-      default:
-        return false;
+  void commit(CallInputs&& in, Built&& built, bool capture) {
+    last_ = std::move(in);
+    meta_ = built.meta;
+    table_ = std::move(built.table);
+    num_reqs_ = built.num_reqs;
+    accepted_int32_ = built.accepted_int32;
+    seq_lens_ = built.seq_lens;
+    accepted_ = built.accepted;
+    qsl_ = built.qsl;
+    drafts_ = built.drafts;
+    capture_ = capture;
+    ++plans_;
+  }
+
+  /// The last step's state indices from `table`: one re-gather unless it is the memory the
+  /// last call read.
+  void regather(nb::handle table) {
+    const char* name = "blk_table";  // vLLM's argument name
+    const LaunchStream launch = launch_stream(table);
+    GroupTable t = import(table, num_reqs_, name, launch.stream);
+    require_known(launch, table, name);
+    if (!(t.table == table_.table)) {
+      meta_ = b_->builder.update_block_table(meta_, t.table, 0, launch.stream);
+      ++regathers_;
     }
+    table_ = std::move(t);
+  }
+
+  /// The metadata dataclass over `fields`; update_block_table takes metadata over the last
+  /// such dict (this engine's, or another's of the same configuration).
+  nb::object result(nb::dict fields) {
+    result_ = fields;
+    return make_(fields);
+  }
+
+  /// Sets every field of `out` from the last call's metadata: arrays of the builder's buffers
+  /// as new view objects, the caller's arrays as the caller's objects. `group_rows_only`
+  /// (update_block_table: `out` is a copy of the metadata handed in): only the group's rows
+  /// (Key::group), every batch-level field staying the metadata's very object, as vLLM's
+  /// dataclasses.replace keeps them.
+  nb::dict fill(nb::dict out, bool group_rows_only = false) {
+    exporter_.begin_result();
+    CallerArrays ca;
+    ca.seq_lens = last_.attr[kSeqLens];
+    ca.accepted = last_.accepted;
+    ca.query_start_loc = last_.attr[kQsl];
+    ca.block_table = table_.object;
+    ca.seq_lens_data = seq_lens_;
+    ca.accepted_data = accepted_;
+    ca.query_start_loc_data = qsl_;
+    ca.drafts = last_.drafts;
+    ca.drafts_data = drafts_;
+    for (const Key& k : keys_) {
+      const OutputSpec& spec = output_spec(k.id);
+      if (group_rows_only && !k.group) continue;
+      nb::object v = group_rows_only ? value(spec, meta_, ca, out[k.name]) : value(spec, meta_, ca);
+      // vLLM gathers int64 counts in their dtype unless it writes its own int32 buffer
+      // (Built::accepted_int32); the caller's tensor where it is handed back is in it.
+      if (k.id == Out::NumAcceptedTokens && !accepted_int32_ && !v.is_none() &&
+          !v.is(last_.accepted) && !last_.accepted32.is(last_.accepted))
+        v = v.attr("to")(last_.accepted.attr("dtype"));
+      out[k.name] = std::move(v);
+    }
+    return out;
   }
 
   /// Row `spec`'s value in `m`: a composite configured as a dataclass made from its
   /// fields' rows (a field linmeta has no row for is None), any other row as the exporter
   /// makes it.
-  nb::object value(const OutputSpec& spec, const Metadata& m, const CallerArrays& ca) {
+  ///
+  /// `source` (update_block_table): the metadata's own value of the row; a composite dataclass
+  /// is then that object with only its group's members made anew (vLLM's
+  /// regather_state_indices: dataclasses.replace), the other members its very objects.
+  nb::object value(const OutputSpec& spec, const Metadata& m, const CallerArrays& ca,
+                   nb::handle source = nb::handle()) {
     const CompositeClass* c = composites_[static_cast<size_t>(spec.id)].get();
     if (c == nullptr) return exporter_.value(spec, m, ca);
     const FieldRef r = spec.field(const_cast<Metadata&>(m));
     if (!r || !r.present()) return nb::none();
-    nb::dict fields;
-    for (const auto& [name, row] : c->fields)
-      fields[name] = row != nullptr ? value(*row, m, ca) : nb::none();
+    const bool replace =
+        source.is_valid() && !source.is_none() && PyObject_TypeCheck(source.ptr(), c->type());
+    nb::dict fields = replace ? copy(source.attr("__dict__")) : nb::dict();
+    for (const auto& [name, row] : c->fields) {
+      if (replace && (row == nullptr || !has_group_rows(*row))) continue;
+      fields[name] = row == nullptr ? nb::none()
+                     : replace      ? value(*row, m, ca, source.attr(name))
+                                    : value(*row, m, ca);
+    }
     return c->make(fields);
   }
 
@@ -448,57 +509,67 @@ class Engine {
     return r.type == FieldType::Composite;
   }
 
+  nb::object builder_;  ///< the linmeta MetadataBuilder (owner of the buffers)
   PyBuilder* b_;
-  FieldExporter exporter_;  ///< holds the builder
-  Maker make_;              ///< the metadata dataclass
+  FieldExporter exporter_;
+  Maker make_;  ///< the metadata dataclass
   nb::dict defaults_;
   /// A composite vLLM returns as a dataclass: the class and each field's row (null: none).
   struct CompositeClass {
     Maker make;
     std::vector<std::pair<nb::str, const OutputSpec*>> fields;
+    [[nodiscard]] PyTypeObject* type() const { return make.type(); }
   };
   /// By the composite's row (nested ones too); null: returned as a dict.
   std::array<std::unique_ptr<CompositeClass>, kNumOutputs> composites_;
-  bool prefetch_;
   std::array<nb::str, kAttrs> names_;
   std::vector<Key> keys_;
 
-  /// The planning call's inputs (calls_[last_]; -1: none yet) and a later call's.
-  std::array<CallInputs, 2> calls_;
-  int32_t last_ = -1;
-  [[nodiscard]] const CallInputs& last() const { return calls_[static_cast<size_t>(last_)]; }
-  PreparedStep prepared_;        ///< a plan's imports (emptied after it)
-  std::vector<GroupTable> use_;  ///< a plan's tables
+  PreparedStep prepared_;  ///< a plan's imports (emptied after it)
+  /// The last call: its inputs (held until the next call: the launch reads them, another
+  /// engine's update_block_table builds from them), metadata, table and result dict.
+  CallInputs last_;
+  Metadata meta_;
+  GroupTable table_;
+  nb::object result_;
   bool capture_ = false;
-  const int32_t* seq_lens_ = nullptr;  ///< the planning call's caller arrays
+  int32_t num_reqs_ = 0;
+  bool accepted_int32_ = false;        ///< Built::accepted_int32 of the last call
+  bool converts_counts_ = false;       ///< int64 torch counts are read from int32 copies
+  const int32_t* seq_lens_ = nullptr;  ///< the last call's caller arrays
   const int32_t* accepted_ = nullptr;
   const int32_t* qsl_ = nullptr;
   const int32_t* drafts_ = nullptr;
-  int32_t num_reqs_ = 0;
-  std::vector<GroupTable> tables_;
-  std::vector<char> served_;
-  std::vector<nb::object> results_;  ///< each group's last result dict
-  nb::dict planned_;                 ///< the last planning call's result (its fields)
-  Metadata planned_meta_;            ///< the metadata it was made from (when valid)
-  bool planned_valid_ = false;
-  std::vector<Metadata> metas_;
-  int64_t plans_ = 0, served_count_ = 0, regathers_ = 0;
+  int64_t plans_ = 0, regathers_ = 0, rebuilds_ = 0;
 };
 
 }  // namespace
 
 void bind_vllm(nb::module_& m) {
   nb::module_ sub = m.def_submodule("vllm", "The native half of linmeta.vllm.");
-  nb::class_<Engine>(sub, "Engine",
-                     "One native builder serving the KV-cache groups of one configuration "
-                     "(python/src/vllm/engine.hpp).")
-      .def(nb::init<nb::object, nb::object, nb::dict, nb::dict, bool>(), "builder"_a, "cls"_a,
-           "defaults"_a, "classes"_a, "prefetch_tables"_a)
-      .def("build", &Engine::build, "group"_a, "m"_a, "num_accepted_tokens"_a.none(),
-           "num_decode_draft_tokens_cpu"_a.none(), "capture"_a, "int64_counts"_a)
-      .def("update_block_table", &Engine::update_block_table, "group"_a, "metadata"_a,
-           "table"_a.none())
-      .def_prop_ro("stats", &Engine::stats, "Plans, served calls, re-gathers and views made.");
+  nb::object bases = nb::make_tuple(m.attr("Error"), nb::handle(PyExc_AssertionError),
+                                    nb::handle(PyExc_RuntimeError));
+  vllm_error = PyErr_NewExceptionWithDoc(
+      "linmeta._linmeta.vllm.Error",
+      "What linmeta.vllm's builders raise where vLLM's raise AssertionError or RuntimeError: "
+      "a linmeta.Error (ValueError) that is also an AssertionError and a RuntimeError.",
+      bases.ptr(), nullptr);
+  if (vllm_error == nullptr) throw nb::python_error();
+  sub.attr("Error") = nb::handle(vllm_error);  // the module keeps a reference too
+  nb::class_<Engine>(sub, "Engine", nb::type_slots(GcSlots<Engine>::slots),
+                     nb::is_weak_referenceable(),
+                     "The native half of one linmeta.vllm builder object, over its own "
+                     "linmeta.MetadataBuilder (python/src/vllm/engine.hpp).")
+      .def(nb::init<nb::handle, nb::object, nb::dict, nb::dict>(), "builder"_a.none(), "cls"_a,
+           "defaults"_a, "classes"_a)
+      .def("build", &Engine::build, "m"_a, "num_accepted_tokens"_a.none(),
+           "num_decode_draft_tokens_cpu"_a.none(), "capture"_a)
+      .def("update_block_table", &Engine::update_block_table, "metadata"_a, "table"_a.none())
+      .def_prop_ro("builder", &Engine::builder,
+                   "The linmeta.MetadataBuilder this engine builds with.")
+      .def_prop_ro("stats", &Engine::stats,
+                   "Plans, re-gathers, rebuilds (update_block_table of another engine's "
+                   "metadata) and views made.");
 }
 
 }  // namespace linmeta::py

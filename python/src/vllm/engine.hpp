@@ -1,14 +1,15 @@
 // linmeta._linmeta.vllm.Engine: the native half of linmeta.vllm (python/linmeta/vllm/).
 //
-// One Engine serves the builder objects an inference engine makes for the KV-cache groups of
-// one configuration: group g's build() is one call of Engine.build(g, ...), its
-// update_block_table() one call of Engine.update_block_table(g, ...). The first call of a
-// scheduler step plans it and finishes every group in one launch (MetadataBuilder::
-// build_groups); a later group's call of the same step (the very objects of that call, as
-// vLLM's runner hands them to every group) is served from that plan, re-gathering only its
-// own state indices when its block table is not where the launch read it. Each call returns
-// a new instance of vLLM's metadata dataclass (its fields by vLLM's names, linmeta/outputs.hpp,
-// as the instance __dict__), which the Python builder hands back.
+// One Engine per linmeta.vllm builder object, over that object's own MetadataBuilder (one
+// KV-cache group): nothing is shared between builder objects. Its build() reads the
+// CommonAttentionMetadata attributes afresh, plans and launches the step, and returns a new
+// instance of vLLM's metadata dataclass (its fields by vLLM's names, linmeta/outputs.hpp, as
+// the instance __dict__) whose arrays are new view objects over the builder's buffers. A call
+// entered while another call of the same builder runs (re-entry from an input's Python code,
+// a second thread) is refused (CallGuard). update_block_table() re-gathers from another
+// table, or builds the step another engine of the same configuration read when handed that
+// engine's metadata (vLLM's runner hands one group's metadata to the other groups' builders).
+// No cache is kept across calls but views keyed on the memory they show.
 #pragma once
 
 #include <nanobind/nanobind.h>
