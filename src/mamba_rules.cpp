@@ -89,7 +89,8 @@ void plan_mamba(Ctx& x) {
     if (!pre[r]) return false;
     const int32_t q = p.ql(r);
     const bool prior = ub[r] > q;
-    const bool tail = drafts != nullptr && drafts[r] >= 0 && q == drafts[r] + 1;
+    // 64-bit: drafts are range-checked only with k > 0, and any int32 must not overflow.
+    const bool tail = drafts != nullptr && drafts[r] >= 0 && q == int64_t{drafts[r]} + 1;
     return !(prior && (q == 1 || tail));
   };
   // M1: decodes are rows of at most reorder_batch_threshold = 1 + k tokens when the

@@ -253,9 +253,10 @@ void validate_step(const Config& c, BuilderKind kind, const Step& s, bool captur
   validate_tables(tables);
 }
 
-void validate_tables(std::span<const BlockTable> tables) {
-  for (size_t g = 0; g < tables.size(); ++g) {
-    const BlockTable& t = tables[g];
+void validate_tables(std::span<const BlockTable> tables, int32_t first_group) {
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const BlockTable& t = tables[i];
+    const int64_t g = first_group + static_cast<int64_t>(i);
     if (t.data == nullptr) fail(fmt::format("block_table of group {} is null", g));
     if (t.width < 1 || t.row_stride < t.width)
       fail(
@@ -293,13 +294,14 @@ void require_accepted(const Config& c, BuilderKind kind, const Step& s, bool cap
     fail("num_accepted_tokens (device) is null but the step has spec-decode rows");
 }
 
-void check_table_widths(std::span<const BlockTable> tables, const WidthNeed& need) {
-  for (size_t g = 0; g < tables.size(); ++g)
-    if (tables[g].width < need.cols)
-      fail(
-          fmt::format("block_table of group {} is too narrow: row {} reads {} columns for {} but "
-                      "width = {}",
-                      g, need.row, need.cols, need.what, tables[g].width));
+void check_table_widths(std::span<const BlockTable> tables, const WidthNeed& need,
+                        int32_t first_group) {
+  for (size_t i = 0; i < tables.size(); ++i)
+    if (tables[i].width < need.cols)
+      fail(fmt::format(
+          "block_table of group {} is too narrow: row {} reads {} columns for {} but "
+          "width = {}",
+          first_group + static_cast<int64_t>(i), need.row, need.cols, need.what, tables[i].width));
 }
 
 }  // namespace detail

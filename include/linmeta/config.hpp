@@ -19,13 +19,18 @@ inline constexpr int32_t kKdaCheckpointAlign = 16;
 
 /// Upper bounds of the configuration: validate_config() rejects larger values. They keep
 /// every size and index the builders derive from a configuration within int32, and bound
-/// the memory a builder allocates (at the bounds: ~90 MB of persistent FULL-graph buffers
-/// per KV-cache group and ~170 MB of step-level arrays). `block_size`,
-/// `max_cudagraph_capture_size`, `num_speculative_blocks`, `chunk_size` and
-/// `prefill_checkpoint_alignment` need none: any positive int32 is safe (a block larger than
-/// every sequence gathers from column 0; the capture size only lowers D; a gather window
-/// wider than the block table is rejected at build time; a chunk larger than every prefill
-/// gives one chunk per sequence).
+/// the memory a builder allocates. At the bounds (k = 32, FULL graphs; host target, measured
+/// from the capacity formulas' allocations) a GDN or KDA builder holds ~430 MiB with one
+/// KV-cache group (~290 MiB of batch-level buffers, ~90 MiB of buffers per group, ~50 MiB
+/// of plans and step arena), PLE ShortConv ~350 MiB, the other kinds at most ~100 MiB, except
+/// Mamba2 with chunk_size = 1 (one SSD chunk per token, 2^24 of them): ~600 MiB, its chunk
+/// arrays held by both plans, the step arena and the buffers; on the CUDA target its
+/// ~130 MiB step arena is also pinned once per staging and capture slot (~1.5 GiB with the
+/// default 4 + 8). `block_size`, `max_cudagraph_capture_size`, `num_speculative_blocks`,
+/// `chunk_size` and `prefill_checkpoint_alignment` need no bound: any positive int32 is safe
+/// (a block larger than every sequence gathers from column 0; the capture size only lowers
+/// D; a gather window wider than the block table is rejected at build time; a chunk larger
+/// than every prefill gives one chunk per sequence; a small chunk only costs memory).
 inline constexpr int32_t kMaxNumSpec = 32;
 inline constexpr int32_t kMaxNumSeqs = 16384;
 inline constexpr int32_t kMaxNumBatchedTokens = 1 << 24;
