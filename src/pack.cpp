@@ -12,46 +12,14 @@ namespace linmeta::detail {
 
 namespace {
 
-// Typed job description -> job kind and arguments.
-JobKind encode(JobArgs& a, const GatherState& x) {
-  a.gather = x;
-  return JobKind::GatherState;
-}
-JobKind encode(JobArgs& a, const CopyValues& x) {
-  a.copy = x;
-  return JobKind::CopyValues;
-}
-JobKind encode(JobArgs& a, const CopyMask& x) {
-  a.mask = x;
-  return JobKind::CopyMask;
-}
-JobKind encode(JobArgs& a, const AcceptedCounts& x) {
-  a.accepted = x;
-  return JobKind::AcceptedCounts;
-}
-JobKind encode(JobArgs& a, const InitialState& x) {
-  a.initial = x;
-  return JobKind::InitialState;
-}
-JobKind encode(JobArgs&, const ComputedTokens&) { return JobKind::ComputedTokens; }
-JobKind encode(JobArgs&, const Arange&) { return JobKind::Arange; }
-JobKind encode(JobArgs& a, const TokenPartition& x) {
-  a.partition = x;
-  return JobKind::TokenPartition;
-}
-JobKind encode(JobArgs& a, const ChunkIndexPairs& x) {
-  a.chunks = x;
-  return JobKind::ChunkIndexPairs;
-}
-JobKind encode(JobArgs& a, const ConvPrograms& x) {
-  a.conv = x;
-  return JobKind::ConvPrograms;
-}
-JobKind encode(JobArgs& a, const CheckpointGather& x) {
-  a.checkpoint = x;
-  return JobKind::CheckpointGather;
-}
-JobKind encode(JobArgs&, const KeepSeqLens&) { return JobKind::KeepSeqLens; }
+// Typed job description -> job kind and arguments (one overload per flavour of the list).
+#define LINMETA_JOB_ENCODE(S, m)                            \
+  [[maybe_unused]] JobKind encode(JobArgs& a, const S& x) { \
+    a.m = x;                                                \
+    return JobKind::S;                                      \
+  }
+LINMETA_JOB_KINDS(LINMETA_JOB_ENCODE)
+#undef LINMETA_JOB_ENCODE
 
 /// Largest step arena (int32 words): offsets stay far from int32 overflow.
 constexpr int64_t kMaxArenaWords = int64_t{1} << 28;

@@ -14,7 +14,8 @@
 namespace linmeta::detail {
 
 /// The memory behind a StepPlan's arrays, sized once from the configuration so that
-/// planning never allocates.
+/// planning never allocates. Its int32 words are carved by one function (carve_plan in
+/// planner.cpp) that also counts them: the size is what the carving takes.
 struct PlanStorage {
   PlanStorage(const Config& config, BuilderKind kind);
   size_t rows = 0;                     ///< R
