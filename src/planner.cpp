@@ -1,6 +1,6 @@
 // Planning a step (SPEC §4–8, docs/semantics.md): validation, the inputs every builder
-// reads, then the builder family's classification (gdn_rules.cpp, mamba_rules.cpp) and
-// the steps they share: causal-conv1d metadata and prefill checkpoints.
+// reads, then the kind's own planning (its KindRules::plan, src/kinds/) and the steps the
+// kinds share: causal-conv1d metadata and prefill checkpoints.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "capacity.hpp"
 #include "checkpoint_rule.hpp"
 #include "cumsum.hpp"
+#include "kinds/kind_rules.hpp"
 #include "linmeta/error.hpp"
 #include "plan_context.hpp"
 #include "step_plan.hpp"
@@ -79,7 +80,7 @@ void carve_plan(const PlanStorage& storage, Carver& c, StepPlan& p) {
 PlanStorage::PlanStorage(const Config& c, BuilderKind kind) {
   const Capacity cap = Capacity::of(c, kind);
   rows = static_cast<size_t>(cap.rows);
-  conv_total = is_linear_attention(kind) ? 0 : static_cast<size_t>(cap.conv_total);
+  conv_total = kind_rules(kind).family == Family::Linear ? 0 : static_cast<size_t>(cap.conv_total);
   mamba_chunks = static_cast<size_t>(cap.mamba_chunks);
   Carver count(nullptr, 0);
   StepPlan scratch;
@@ -124,8 +125,8 @@ void fill_cumsum(const StepPlan& p, const RowList& rows, Cumsum& out) {
 
 int32_t checkpoint_alignment(const Config& c, BuilderKind kind) {
   if (c.prefill_checkpoint_alignment > 0) return c.prefill_checkpoint_alignment;
-  if (kind == BuilderKind::Kda) return kKdaCheckpointAlign;
-  return kind == BuilderKind::Mamba2 ? 1 : c.block_size;
+  const int32_t own = kind_rules(kind).checkpoint_alignment;
+  return own > 0 ? own : c.block_size;
 }
 
 /// Prefill checkpoints, align mode: SPEC §8 (seed, KDA); R5 / K4 / M4 (vllm-0.34): the shared
@@ -170,7 +171,8 @@ void plan_checkpoints(Ctx& x) {
 void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
                std::span<const BlockTable> tables, StepPlan& p) {
   validate_step(c, kind, s, capture, tables);
-  Ctx x{c, kind, s, capture, tables, Capacity::of(c, kind), p};
+  const KindRules& rules = kind_rules(kind);
+  Ctx x{c, kind, rules, s, capture, tables, Capacity::of(c, kind), p};
   p.num_reqs = s.num_reqs;
   p.num_actual_tokens = s.num_actual_tokens;
   p.capture = capture;
@@ -204,14 +206,7 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
     x.drafts = s.num_decode_draft_tokens.data();
   }
 
-  if (is_gdn_family(kind))
-    plan_gdn_family(x);
-  else if (is_linear_attention(kind))
-    plan_linear(x);
-  else if (kind == BuilderKind::PleShortConv)
-    plan_ple_short_conv(x);
-  else
-    plan_mamba(x);
+  rules.plan(x);
   check_table_widths(tables, p.width);
 }
 

@@ -3,11 +3,19 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "linmeta/config.hpp"
 #include "linmeta/step.hpp"
 
 namespace linmeta::detail {
+
+/// Throws linmeta::Error("linmeta: " + message): every rejection of input (the kinds' own
+/// rules in src/kinds/ included).
+[[noreturn]] void reject(const std::string& message);
+
+/// The longest query of a step (its query_start_loc_cpu is valid).
+[[nodiscard]] int32_t longest_query(const Step& step);
 
 /// Checks shapes, pointers and values of a step before any planning (SPEC §1).
 void validate_step(const Config& config, BuilderKind kind, const Step& step, bool capture,
