@@ -73,9 +73,9 @@ void Packer::counts() {
   set(Out::NumSpecDecodeTokens, p.num_spec_decode_tokens);
   set(Out::NumActualTokens, p.num_actual_tokens);
   set(Out::NumReqs, p.num_reqs);
-  if (p.uniform_spec_len >= 0) set(Out::UniformSpecSequenceLength, p.uniform_spec_len);
-  if (p.spec_token_start >= 0) set(Out::SpecTokenStart, p.spec_token_start);
-  if (p.non_spec_token_start >= 0) set(Out::NonSpecTokenStart, p.non_spec_token_start);
+  if (p.gdn.uniform_spec_len >= 0) set(Out::UniformSpecSequenceLength, p.gdn.uniform_spec_len);
+  if (p.gdn.spec_token_start >= 0) set(Out::SpecTokenStart, p.gdn.spec_token_start);
+  if (p.gdn.non_spec_token_start >= 0) set(Out::NonSpecTokenStart, p.gdn.non_spec_token_start);
 }
 
 /// The token ids of the non-spec rows and of the spec rows, each in their rows' order:
@@ -138,7 +138,7 @@ void Packer::checkpoints(bool meta) {
 /// The one rule of where accepted counts come from (validate.cpp: reads_accepted; M3).
 AcceptedFrom Packer::accepted_from() const {
   if (recoverssm_on(c, kind_rules(kind))) return AcceptedFrom::Ones;
-  if (p.capture || p.accepted_from_query_lens) return AcceptedFrom::QueryLens;
+  if (p.capture || p.mamba.accepted_from_query_lens) return AcceptedFrom::QueryLens;
   return AcceptedFrom::Input;
 }
 
@@ -185,7 +185,7 @@ StepPlan largest_plan(const Config& c, BuilderKind kind, PlanStorage& storage) {
   p.num_decodes = p.num_prefills = R;
   p.path = rules.spec_path ? Path::Mixed : Path::NoSpec;
   p.tokens = StepPlan::Tokens::Partition;
-  p.mask_output = p.ns_state = p.ns_qsl_output = true;
+  p.gdn.mask_output = p.ns_state = p.ns_qsl_output = true;
   for (RowList* rows : {&p.ns_rows, &p.sp_rows}) {
     rows->n = R;
     rows->identity = false;
@@ -195,14 +195,14 @@ StepPlan largest_plan(const Config& c, BuilderKind kind, PlanStorage& storage) {
     cs->present = true;
     cs->is_qsl = false;
   }
-  p.has_initial_state = p.conv = p.prefill_fields = p.chunks = true;
-  p.peel_rows = 1;
-  p.conv_seqs = p.chunk_seqs = p.chunk_nonempty = R;
+  p.has_initial_state = p.conv = p.gdn.prefill_fields = p.gdn.chunks = true;
+  p.gdn.peel_rows = 1;
+  p.conv_seqs = p.gdn.chunk_seqs = p.gdn.chunk_nonempty = R;
   p.checkpoint.present = true;
   p.checkpoint.rows = p.ns_rows;
-  p.fi_checkpoint_plan = p.fi_prefill_qsl = p.fi_seq_order = true;
-  p.fi_prefill_rows = R;
-  p.mamba_accepted = MambaAccepted::DecodeRows;
+  p.gdn.fi_checkpoint_plan = p.gdn.fi_prefill_qsl = p.gdn.fi_seq_order = true;
+  p.gdn.fi_prefill_rows = R;
+  p.mamba.accepted = MambaAccepted::DecodeRows;
   p.spec_state_cols = Capacity::of(c, kind).spec_cols;
   if (rules.largest != nullptr) rules.largest(p);
   return p;

@@ -20,10 +20,10 @@ namespace linmeta::detail {
 inline constexpr int64_t kMaxArenaWords = int64_t{1} << 28;
 
 // Typed job description -> job kind and arguments (one overload per flavour of the list).
-#define LINMETA_JOB_ENCODE(S, m)                      \
+#define LINMETA_JOB_ENCODE(S, m)                  \
   inline JobKind encode(JobArgs& a, const S& x) { \
-    a.m = x;                                           \
-    return JobKind::S;                                 \
+    a.m = x;                                      \
+    return JobKind::S;                            \
   }
 LINMETA_JOB_KINDS(LINMETA_JOB_ENCODE)
 #undef LINMETA_JOB_ENCODE

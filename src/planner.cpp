@@ -58,21 +58,21 @@ void carve_plan(const PlanStorage& storage, Carver& c, StepPlan& p) {
   p.sp_rows.idx = c.take(R, "sp_rows");
   p.ns_qsl.v = c.take(R + 1, "ns_qsl");
   p.sp_qsl.v = c.take(R + 1, "sp_qsl");
-  p.chunk_offsets = c.take(R + 1, "chunk_offsets");
-  p.chunk_starts = c.take(R + 1, "chunk_starts");
+  p.gdn.chunk_offsets = c.take(R + 1, "chunk_offsets");
+  p.gdn.chunk_starts = c.take(R + 1, "chunk_starts");
   p.conv_nums = c.take(R, "conv_nums");
   p.conv_offsets = c.take(R + 1, "conv_offsets");
   p.conv_offsetlist = c.take(storage.conv_total, "conv_offsetlist");
   p.checkpoint.offsets = c.take(R, "checkpoint.offsets");
   p.checkpoint.cols = c.take(R, "checkpoint.cols");
   p.checkpoint.query_lens = c.take(R, "checkpoint.query_lens");
-  p.fi_cu_starts = c.take(R + 1, "fi_cu_starts");
-  p.fi_rows = c.take(R, "fi_rows");
-  p.fi_order = c.take(R, "fi_order");
-  p.cu_chunk = c.take(storage.mamba_chunks + 1, "cu_chunk");
-  p.seq_idx = c.take(storage.mamba_chunks, "seq_idx");
-  p.last_chunk = c.take(R, "last_chunk");
-  p.ckpt_chunk = c.take(R, "ckpt_chunk");
+  p.gdn.fi_cu_starts = c.take(R + 1, "fi_cu_starts");
+  p.gdn.fi_rows = c.take(R, "fi_rows");
+  p.gdn.fi_order = c.take(R, "fi_order");
+  p.mamba.cu_chunk = c.take(storage.mamba_chunks + 1, "cu_chunk");
+  p.mamba.seq_idx = c.take(storage.mamba_chunks, "seq_idx");
+  p.mamba.last_chunk = c.take(R, "last_chunk");
+  p.mamba.ckpt_chunk = c.take(R, "ckpt_chunk");
 }
 
 }  // namespace
@@ -95,7 +95,7 @@ StepPlan::StepPlan(PlanStorage& storage) {
   Carver carver(storage.words.data(), storage.words.size());
   carve_plan(storage, carver, *this);
   no_prefilling = storage.no_prefilling;
-  mask_host = storage.mask_host;
+  gdn.mask_host = storage.mask_host;
   conv_mlist = std::span<int64_t>(storage.mlist);
 }
 

@@ -1,9 +1,9 @@
 // Bailing (vLLM 0.34's BailingLinearAttentionMetadataBuilder, linear_attn.py; Bailing / Ling
 // hybrids), docs/semantics.md L2: linear attention plus speculative decode rows, the prefill
 // rows' state slots and FULL-graph staging of a decode step.
-#include <cstdint>
-
 #include <fmt/format.h>
+
+#include <cstdint>
 
 #include "../packer.hpp"
 #include "../plan_context.hpp"
@@ -38,8 +38,8 @@ void plan(Ctx& x) {
   // L2: the decode rows' accepted counts and query_start_loc_d when decoding
   // speculatively; FULL graphs stage a decode-only step into the persistent buffers.
   if (spec) {
-    p.mamba_accepted = MambaAccepted::DecodeRows;
-    p.accepted_from_query_lens = x.capture;
+    p.mamba.accepted = MambaAccepted::DecodeRows;
+    p.mamba.accepted_from_query_lens = x.capture;
   }
   p.stage_decode = c.full_cuda_graph && p.num_prefills == 0 && p.num_decodes <= x.cap.graph_bs;
   if (spec && p.stage_decode && c.mamba_cache_mode != CacheMode::Align)
@@ -55,7 +55,7 @@ void pack_gathers(Packer& k) {
   const StatePad pad = st ? StatePad::Empty : StatePad::Null;
   k.emit(Out::StateIndicesTensorP, false, np,
          GatherState{.rows = k.ns_rows_at, .n_real = np, .n_rows = np, .cols = 1, .pad = pad});
-  if (k.p.mamba_accepted == MambaAccepted::DecodeRows) {  // spec decoding: [decodes, S]
+  if (k.p.mamba.accepted == MambaAccepted::DecodeRows) {  // spec decoding: [decodes, S]
     k.emit(Out::StateIndicesTensorD, st, nd * S,
            GatherState{.rows = kIdentity, .n_real = nd, .n_rows = nd, .cols = 0, .pad = pad})
         .rows = nd;

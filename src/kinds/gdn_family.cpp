@@ -178,8 +178,8 @@ void plan_token_starts(Ctx& x) {
   }
   if (switches != 1) return;
   const int32_t ns_tokens = p.num_prefill_tokens + p.num_decode_tokens;
-  p.spec_token_start = first == 1 ? 0 : ns_tokens;
-  p.non_spec_token_start = first == 1 ? p.num_spec_decode_tokens : 0;
+  p.gdn.spec_token_start = first == 1 ? 0 : ns_tokens;
+  p.gdn.non_spec_token_start = first == 1 ? p.num_spec_decode_tokens : 0;
 }
 
 void plan_spec(Ctx& x) {
@@ -221,10 +221,10 @@ void plan_spec(Ctx& x) {
       p.num_prefill_tokens += p.num_decode_tokens;
       p.num_decodes = p.num_decode_tokens = 0;
     }
-    p.mask_output = true;
-    for (int32_t r = 0; r < n; ++r) p.mask_host[r] = static_cast<uint8_t>(p.mask[r]);
+    p.gdn.mask_output = true;
+    for (int32_t r = 0; r < n; ++r) p.gdn.mask_host[r] = static_cast<uint8_t>(p.mask[r]);
     // The common length of every spec row, if positive.
-    p.uniform_spec_len = st.shortest == st.longest && st.shortest > 0 ? st.shortest : -1;
+    p.gdn.uniform_spec_len = st.shortest == st.longest && st.shortest > 0 ? st.shortest : -1;
   }
   p.num_spec_decode_tokens = p.total_tokens - p.num_prefill_tokens - p.num_decode_tokens;
 
@@ -253,7 +253,7 @@ void plan_spec(Ctx& x) {
   fill_cumsum(p, p.ns_rows, p.ns_qsl);
   // KDA packed decode consumes one row per request: no non-spec cumsum output.
   p.ns_qsl_output = !kda(x) || p.num_prefills > 0;
-  p.request_indices = kda(x) && x.c.use_recoverssm;
+  p.gdn.request_indices = kda(x) && x.c.use_recoverssm;
   if (kda(x) && x.v034()) plan_token_starts(x);
 }
 
@@ -267,24 +267,25 @@ void plan_prefill(Ctx& x) {
   p.has_initial_state = true;
   plan_conv1d(p, cumsum_data(p, p.ns_qsl), p.ns_qsl.n);
   if (kda(x)) return;
-  p.prefill_fields = true;
+  p.gdn.prefill_fields = true;
   if (p.path == Path::NoSpec && p.num_decodes > 0) {
-    p.peel_rows = p.num_decodes;
-    p.peel_tokens = p.num_decode_tokens;
+    p.gdn.peel_rows = p.num_decodes;
+    p.gdn.peel_tokens = p.num_decode_tokens;
   }
   // R4 (vllm-0.34): FlashInfer's chunk kernel takes cu_seqlens; no FLA chunk metadata.
   const bool chunks =
       x.v034() ? x.c.prefill_backend != PrefillBackend::FlashInfer : x.c.chunk_metadata;
   if (chunks) {
-    p.chunks = true;
-    p.chunk_seqs = p.ns_qsl.n - p.peel_rows;
-    ceil_cumsum(cumsum_data(p, p.ns_qsl) + p.peel_rows, p.chunk_seqs, kFlaChunkSize,
-                p.chunk_offsets.data());
+    p.gdn.chunks = true;
+    p.gdn.chunk_seqs = p.ns_qsl.n - p.gdn.peel_rows;
+    ceil_cumsum(cumsum_data(p, p.ns_qsl) + p.gdn.peel_rows, p.gdn.chunk_seqs, kFlaChunkSize,
+                p.gdn.chunk_offsets.data());
     int32_t k = 0;
-    for (int32_t i = 0; i < p.chunk_seqs; ++i)
-      if (p.chunk_offsets[i + 1] > p.chunk_offsets[i]) p.chunk_starts[k++] = p.chunk_offsets[i];
-    p.chunk_starts[k] = p.chunk_offsets[p.chunk_seqs];
-    p.chunk_nonempty = k;
+    for (int32_t i = 0; i < p.gdn.chunk_seqs; ++i)
+      if (p.gdn.chunk_offsets[i + 1] > p.gdn.chunk_offsets[i])
+        p.gdn.chunk_starts[k++] = p.gdn.chunk_offsets[i];
+    p.gdn.chunk_starts[k] = p.gdn.chunk_offsets[p.gdn.chunk_seqs];
+    p.gdn.chunk_nonempty = k;
   }
 }
 
@@ -294,20 +295,21 @@ void plan_prefill(Ctx& x) {
 void plan_flashinfer_checkpoints(Ctx& x) {
   StepPlan& p = x.p;
   const int32_t rows = p.ns_rows.n;
-  const int32_t prefill_rows = p.ns_qsl.n - p.peel_rows;
+  const int32_t prefill_rows = p.ns_qsl.n - p.gdn.peel_rows;
   int32_t every = 0;
   for (int32_t i = 0; i < rows; ++i) every = std::gcd(every, p.checkpoint.offsets[i]);
-  p.fi_every_n = every;
-  p.fi_cu_starts[0] = 0;
+  p.gdn.fi_every_n = every;
+  p.gdn.fi_cu_starts[0] = 0;
   const int32_t first = rows - prefill_rows;
   for (int32_t i = 0; i < prefill_rows; ++i)
-    p.fi_cu_starts[i + 1] = p.fi_cu_starts[i] + p.ql(p.ns_rows[first + i]) / every;
-  p.fi_prefill_rows = prefill_rows;
+    p.gdn.fi_cu_starts[i + 1] = p.gdn.fi_cu_starts[i] + p.ql(p.ns_rows[first + i]) / every;
+  p.gdn.fi_prefill_rows = prefill_rows;
   for (int32_t i = 0; i < rows; ++i) {
     const int32_t offset = p.checkpoint.offsets[i];
-    p.fi_rows[i] = i >= first && offset > 0 ? p.fi_cu_starts[i - first] + offset / every - 1 : 0;
+    p.gdn.fi_rows[i] =
+        i >= first && offset > 0 ? p.gdn.fi_cu_starts[i - first] + offset / every - 1 : 0;
   }
-  p.fi_checkpoint_plan = true;
+  p.gdn.fi_checkpoint_plan = true;
 }
 
 /// K6 (vllm-0.34, KDA + FlashInfer prefill): the non-spec query_start_loc as int64, and
@@ -316,16 +318,16 @@ void plan_flashinfer_checkpoints(Ctx& x) {
 void plan_flashinfer_prefill(Ctx& x) {
   StepPlan& p = x.p;
   if (!kda(x) || x.c.prefill_backend != PrefillBackend::FlashInfer || p.num_prefills == 0) return;
-  p.fi_prefill_qsl = true;
+  p.gdn.fi_prefill_qsl = true;
   const int32_t n = p.ns_qsl.n;
   const int32_t* cu = cumsum_data(p, p.ns_qsl);
   if (p.num_prefill_tokens + p.num_decode_tokens <= n) return;
-  for (int32_t i = 0; i < n; ++i) p.fi_order[i] = i;
-  std::sort(p.fi_order.begin(), p.fi_order.begin() + n, [cu](int32_t a, int32_t b) {
+  for (int32_t i = 0; i < n; ++i) p.gdn.fi_order[i] = i;
+  std::sort(p.gdn.fi_order.begin(), p.gdn.fi_order.begin() + n, [cu](int32_t a, int32_t b) {
     const int32_t la = cu[a + 1] - cu[a], lb = cu[b + 1] - cu[b];
     return la != lb ? la > lb : a < b;
   });
-  p.fi_seq_order = true;
+  p.gdn.fi_seq_order = true;
 }
 
 void plan_staging(Ctx& x) {
@@ -363,8 +365,8 @@ void plan_gdn_family(Ctx& x) {
   }
   plan_flashinfer_prefill(x);
   if (kda(x)) {
-    p.recoverssm_commit = x.c.use_recoverssm && p.num_spec_decodes > 0;
-    p.commit_align = p.recoverssm_commit && x.c.mamba_cache_mode == CacheMode::Align;
+    p.gdn.recoverssm_commit = x.c.use_recoverssm && p.num_spec_decodes > 0;
+    p.gdn.commit_align = p.gdn.recoverssm_commit && x.c.mamba_cache_mode == CacheMode::Align;
   }
   plan_staging(x);
 }

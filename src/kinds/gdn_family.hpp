@@ -17,7 +17,8 @@ void pack_gdn_fields(Packer& k);
 /// vLLM's build_for_cudagraph_capture: decode-only FULL graphs of at most D rows and tokens.
 void check_gdn_capture(const Config& c, BuilderKind kind, const Step& s);
 
-/// A row of the family (GDN and KDA: both profiles, prefill checkpoints, spec rows of their own); a kind's row sets what differs.
+/// A row of the family (GDN and KDA: both profiles, prefill checkpoints, spec rows of their own); a
+/// kind's row sets what differs.
 constexpr KindRules gdn_family_row(BuilderKind kind) {
   KindRules r{.kind = kind,
               .family = Family::Gdn,

@@ -23,7 +23,9 @@ void check_config_v034(const Config& c) {
 }
 
 /// The RecoverSSM commit fields.
-void largest(StepPlan& p) { p.request_indices = p.commit_align = p.recoverssm_commit = true; }
+void largest(StepPlan& p) {
+  p.gdn.request_indices = p.gdn.commit_align = p.gdn.recoverssm_commit = true;
+}
 
 }  // namespace
 

@@ -13,13 +13,11 @@ namespace {
 
 /// In BuilderKind order (tests/host/kind_table_test.cpp checks it).
 constexpr std::array<const KindRules*, kNumBuilderKinds> kRows{
-    &kGdnRules,    &kKdaRules,          &kMamba2Rules,        &kMamba1Rules,
+    &kGdnRules,       &kKdaRules,    &kMamba2Rules,        &kMamba1Rules,
     &kShortConvRules, &kLinearRules, &kBailingLinearRules, &kPleShortConvRules};
 
 }  // namespace
 
-const KindRules& kind_rules(BuilderKind kind) {
-  return *kRows[static_cast<size_t>(kind)];
-}
+const KindRules& kind_rules(BuilderKind kind) { return *kRows[static_cast<size_t>(kind)]; }
 
 }  // namespace linmeta::detail

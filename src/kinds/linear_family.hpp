@@ -2,8 +2,9 @@
 // L1): the rows of linear.cpp and bailing_linear.cpp point here.
 #pragma once
 
-#include "kind_rules.hpp"
 #include <cstdint>
+
+#include "kind_rules.hpp"
 
 namespace linmeta::detail {
 
@@ -16,7 +17,8 @@ void pack_linear_state(Packer& k);
 /// L1: seq_lens and query_start_loc, the step's own arrays.
 void pack_linear_fields(Packer& k);
 
-/// A row of the family (the device query_start_loc, state_indices_tensor and the step's own arrays); a kind's row sets what differs.
+/// A row of the family (the device query_start_loc, state_indices_tensor and the step's own
+/// arrays); a kind's row sets what differs.
 constexpr KindRules linear_family_row(BuilderKind kind) {
   KindRules r{.kind = kind,
               .family = Family::Linear,

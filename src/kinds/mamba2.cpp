@@ -1,10 +1,10 @@
 // Mamba2 (vLLM 0.34's Mamba2AttentionMetadataBuilder, mamba2_attn.py): the Mamba family's
 // rules plus its SSD chunk size, prefill checkpoints over the prefill rows (M4) and the SSD
 // chunk metadata (M5).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
-
-#include <fmt/format.h>
 
 #include "../checkpoint_rule.hpp"
 #include "../packer.hpp"
@@ -37,11 +37,11 @@ void plan_chunks(Ctx& x) {
   const int32_t first = p.num_decodes;
   int64_t pos = 0;
   int32_t chunks = 0;
-  const auto capacity = static_cast<int32_t>(p.seq_idx.size());
+  const auto capacity = static_cast<int32_t>(p.mamba.seq_idx.size());
   auto chunk = [&](int32_t seq, int64_t len) {
     if (chunks == capacity) throw InternalError("Mamba2 chunk metadata exceeds its capacity");
-    p.seq_idx[chunks] = seq;
-    p.cu_chunk[chunks] = static_cast<int32_t>(pos);
+    p.mamba.seq_idx[chunks] = seq;
+    p.mamba.cu_chunk[chunks] = static_cast<int32_t>(pos);
     ++chunks;
     pos += len;
   };
@@ -65,17 +65,17 @@ void plan_chunks(Ctx& x) {
     const int64_t q = p.ql(r);
     const int64_t computed = static_cast<int64_t>(x.s.seq_lens_cpu_upper_bound[r]) - q;
     const int64_t ckpt = p.checkpoint.present ? p.checkpoint.offsets[i] : 0;
-    p.ckpt_chunk[i] = 0;  // vLLM's max(idx, 0): 0 where the row has no checkpoint
+    p.mamba.ckpt_chunk[i] = 0;  // vLLM's max(idx, 0): 0 where the row has no checkpoint
     if (ckpt != 0) {
-      p.ckpt_chunk[i] = segment(i, computed, ckpt);
+      p.mamba.ckpt_chunk[i] = segment(i, computed, ckpt);
       any_checkpoint = true;
     }
-    p.last_chunk[i] = segment(i, computed + ckpt, q - ckpt);
+    p.mamba.last_chunk[i] = segment(i, computed + ckpt, q - ckpt);
   }
-  p.cu_chunk[chunks] = static_cast<int32_t>(pos);
-  p.num_chunks = chunks;
-  p.mamba_chunks = true;
-  p.checkpoint_chunks = any_checkpoint;
+  p.mamba.cu_chunk[chunks] = static_cast<int32_t>(pos);
+  p.mamba.num_chunks = chunks;
+  p.mamba.chunks = true;
+  p.mamba.checkpoint_chunks = any_checkpoint;
 }
 
 /// M4 / M5: prep_initial_states, checkpoints over the prefill rows, the SSD chunks.
@@ -83,7 +83,7 @@ void plan_prefill(Ctx& x) {
   StepPlan& p = x.p;
   const int32_t* ub = x.s.seq_lens_cpu_upper_bound.data();
   for (int32_t r = p.num_decodes; r < p.num_reqs; ++r)
-    p.prep_initial_states = p.prep_initial_states || ub[r] > p.ql(r);
+    p.mamba.prep_initial_states = p.mamba.prep_initial_states || ub[r] > p.ql(r);
   p.checkpoint.rows = p.ns_rows;
   plan_checkpoints(x);
   plan_chunks(x);
@@ -92,24 +92,26 @@ void plan_prefill(Ctx& x) {
 /// M5: the chunk size, prep_initial_states and the chunk arrays.
 void pack_extra(Packer& k) {
   const int32_t np = k.p.num_prefills;
-  k.set(Out::PrepInitialStates, k.p.prep_initial_states ? 1 : 0);
+  k.set(Out::PrepInitialStates, k.p.mamba.prep_initial_states ? 1 : 0);
   k.set(Out::ChunkSize, k.c.chunk_size);
-  if (!k.p.mamba_chunks) return;
-  const int32_t chunks = k.p.num_chunks;
+  if (!k.p.mamba.chunks) return;
+  const int32_t chunks = k.p.mamba.num_chunks;
   k.emit(Out::CuChunkSeqlenP, false, chunks + 1,
-       CopyValues{.src = k.put(k.p.cu_chunk.data(), chunks + 1), .n_real = chunks + 1, .add = 0});
+         CopyValues{
+             .src = k.put(k.p.mamba.cu_chunk.data(), chunks + 1), .n_real = chunks + 1, .add = 0});
   k.emit(Out::SeqIdxP, false, chunks,
-       CopyValues{.src = k.put(k.p.seq_idx.data(), chunks), .n_real = chunks, .add = 0});
+         CopyValues{.src = k.put(k.p.mamba.seq_idx.data(), chunks), .n_real = chunks, .add = 0});
   k.emit(Out::LastChunkIndicesP, false, np,
-       CopyValues{.src = k.put(k.p.last_chunk.data(), np), .n_real = np, .add = 0});
-  if (k.p.checkpoint_chunks)
+         CopyValues{.src = k.put(k.p.mamba.last_chunk.data(), np), .n_real = np, .add = 0});
+  if (k.p.mamba.checkpoint_chunks)
     k.emit(Out::CheckpointChunkIdx, false, np,
-         CopyValues{.src = k.put(k.p.ckpt_chunk.data(), np), .n_real = np, .add = 0}, DType::Int64);
+           CopyValues{.src = k.put(k.p.mamba.ckpt_chunk.data(), np), .n_real = np, .add = 0},
+           DType::Int64);
 }
 
 void largest(StepPlan& p) {
-  p.mamba_chunks = p.checkpoint_chunks = true;
-  p.num_chunks = static_cast<int32_t>(p.seq_idx.size());
+  p.mamba.chunks = p.mamba.checkpoint_chunks = true;
+  p.mamba.num_chunks = static_cast<int32_t>(p.mamba.seq_idx.size());
 }
 
 }  // namespace

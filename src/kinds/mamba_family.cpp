@@ -57,11 +57,11 @@ void plan_mamba(Ctx& x) {
   // M3: num_accepted_tokens. With k > 0 and decode rows: the decode rows' counts (their
   // query lengths when none were given); otherwise whatever build() was handed.
   if (spec && nd > 0) {
-    p.mamba_accepted = MambaAccepted::DecodeRows;
-    p.accepted_from_query_lens = !accepted || x.capture;
+    p.mamba.accepted = MambaAccepted::DecodeRows;
+    p.mamba.accepted_from_query_lens = !accepted || x.capture;
   } else if (accepted) {
-    p.mamba_accepted = MambaAccepted::Passthrough;
-    p.accepted_from_query_lens = x.capture;
+    p.mamba.accepted = MambaAccepted::Passthrough;
+    p.mamba.accepted_from_query_lens = x.capture;
   }
   // M3: FULL graphs stage decode-only steps into the persistent [D, 1 + k] buffers.
   p.stage_decode = c.full_cuda_graph && np == 0 && nd <= x.cap.graph_bs;

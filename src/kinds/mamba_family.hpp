@@ -24,7 +24,8 @@ void pack_mamba_accepted(Packer& k, bool stage_qsl_d);
 /// tokens.
 void check_mamba_capture(const Config& c, BuilderKind kind, const Step& s);
 
-/// A row of the family (the base builder's planning, packing and capture limits, with causal-conv1d metadata); a kind's row sets what differs.
+/// A row of the family (the base builder's planning, packing and capture limits, with causal-conv1d
+/// metadata); a kind's row sets what differs.
 constexpr KindRules mamba_family_row(BuilderKind kind) {
   KindRules r{.kind = kind,
               .family = Family::Mamba,

@@ -26,11 +26,11 @@ void pack_mamba_gathers(Packer& k) {
 void pack_mamba_accepted(Packer& k, bool stage_qsl_d) {
   const int32_t n = k.p.num_reqs;
   const int32_t nd = k.p.num_decodes;
-  switch (k.p.mamba_accepted) {
+  switch (k.p.mamba.accepted) {
     case MambaAccepted::None:
       break;
     case MambaAccepted::Passthrough:  // a capture build's are the query lengths
-      if (k.p.accepted_from_query_lens)
+      if (k.p.mamba.accepted_from_query_lens)
         k.emit(Out::NumAcceptedTokens, false, n, AcceptedCounts{.rows = kIdentity, .n_real = n});
       else
         k.input(Out::NumAcceptedTokens, StepInput::Accepted, n);

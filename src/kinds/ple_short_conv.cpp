@@ -60,7 +60,7 @@ void plan_spec(Ctx& x) {
   p.num_decodes = p.num_decode_tokens = nd;
   p.num_prefills = np;
   p.num_prefill_tokens = npt;
-  p.max_prefill_query_len = longest;
+  p.mamba.max_prefill_query_len = longest;
   p.sp_rows.n = nsd;
   p.ns_rows.n = nd + np;
   if (nd == 0 && np == 0) {
@@ -97,7 +97,7 @@ void check_capture(const Config& c, BuilderKind kind, const Step& s) {
 void plan(Ctx& x) {
   StepPlan& p = x.p;
   const int32_t n = p.num_reqs;
-  p.drafts_given = !x.capture && !x.s.num_decode_draft_tokens.empty();
+  p.mamba.drafts_given = !x.capture && !x.s.num_decode_draft_tokens.empty();
   // P1: the speculative path when k > 0 and some row drafts (a capture build's drafts are
   // the query lengths - 1).
   bool spec = false;
@@ -111,7 +111,7 @@ void plan(Ctx& x) {
   // state slot, has_initial_states_d, and checkpoints over all rows.
   plan_mamba(x);
   for (int32_t r = p.num_decodes; r < p.num_decodes + p.num_prefills; ++r)
-    p.max_prefill_query_len = std::max(p.max_prefill_query_len, p.ql(r));
+    p.mamba.max_prefill_query_len = std::max(p.mamba.max_prefill_query_len, p.ql(r));
   p.checkpoint.rows = RowList{.idx = {}, .n = n, .identity = true};
   plan_checkpoints(x);
 }
@@ -150,9 +150,9 @@ void pack_fields(Packer& k) {
   const int32_t n = k.p.num_reqs;
   const int32_t nd = k.p.num_decodes, np = k.p.num_prefills, N = k.p.num_spec_decodes;
   k.set(Out::SpecQueryLen, k.c.num_spec + 1);
-  k.set(Out::MaxPrefillQueryLen, k.p.max_prefill_query_len);
+  k.set(Out::MaxPrefillQueryLen, k.p.mamba.max_prefill_query_len);
   k.input(Out::QueryStartLoc, StepInput::QueryStartLoc, n + 1);
-  if (k.p.drafts_given)
+  if (k.p.mamba.drafts_given)
     k.input(Out::NumDecodeDraftTokensCpu, StepInput::Drafts, n);
   else if (k.p.capture && k.c.num_spec > 0)
     k.host(Out::NumDecodeDraftTokensCpu, k.p.capture_drafts, n);
