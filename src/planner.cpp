@@ -80,7 +80,7 @@ void carve_plan(const PlanStorage& storage, Carver& c, StepPlan& p) {
 PlanStorage::PlanStorage(const Config& c, BuilderKind kind) {
   const Capacity cap = Capacity::of(c, kind);
   rows = static_cast<size_t>(cap.rows);
-  conv_total = kind_rules(kind).family == Family::Linear ? 0 : static_cast<size_t>(cap.conv_total);
+  conv_total = is_linear_attention(kind) ? 0 : static_cast<size_t>(cap.conv_total);
   mamba_chunks = static_cast<size_t>(cap.mamba_chunks);
   Carver count(nullptr, 0);
   StepPlan scratch;

@@ -21,7 +21,6 @@ void check_gdn_capture(const Config& c, BuilderKind kind, const Step& s);
 /// kind's row sets what differs.
 constexpr KindRules gdn_family_row(BuilderKind kind) {
   KindRules r{.kind = kind,
-              .family = Family::Gdn,
               .seed_profile = true,
               .checkpoints = true,
               .check_capture = check_gdn_capture,

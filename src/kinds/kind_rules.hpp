@@ -1,8 +1,8 @@
 // One row per builder kind: everything the validator, capacity, planner and packer ask of a
 // kind. Each row lives in its kind's own file under src/kinds/ (beside the rules only that
-// kind has); kind_table.cpp lists the rows. Rules a family of kinds shares live in the
-// family's files (gdn_family, mamba_family, linear_family), which read the rows' flags
-// instead of naming kinds. docs/ARCHITECTURE.md, "Adding a builder kind".
+// kind has); kind_table.cpp lists the rows of LINMETA_BUILDER_KINDS. Rules a family of kinds
+// shares live in the family's files (gdn_family, mamba_family, linear_family), which read
+// the rows' flags instead of naming kinds. docs/ARCHITECTURE.md, "Adding a builder kind".
 #pragma once
 
 #include <cstdint>
@@ -16,18 +16,10 @@ struct Ctx;
 class Packer;
 struct StepPlan;
 
-/// vLLM's builder class hierarchies.
-enum class Family : int32_t {
-  Gdn,     ///< gdn_attn.py's GDN builder and its subclasses (speculative decoding of its own)
-  Mamba,   ///< mamba_attn.py's BaseMambaAttentionMetadataBuilder and its subclasses
-  Linear,  ///< linear_attn.py's builders
-};
-
 /// A row names the fields where its kind differs from these defaults (designated
 /// initializers, in this order).
 struct KindRules {
   BuilderKind kind;
-  Family family;
 
   // ---- configuration (validate_config)
   /// Takes the seed profile and a prefill backend (the Mamba and linear families are

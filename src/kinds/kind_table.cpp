@@ -1,20 +1,23 @@
-// The table of builder kinds: one row per BuilderKind, each defined in its kind's file
-// (docs/ARCHITECTURE.md, "Adding a builder kind").
+// The table of builder kinds: one row per kind of LINMETA_BUILDER_KINDS (config.hpp), the
+// row k<Enumerator>Rules defined in its kind's file under src/kinds/ (docs/ARCHITECTURE.md,
+// "Adding a builder kind").
 #include <array>
 
 #include "kind_rules.hpp"
 
 namespace linmeta::detail {
 
-extern const KindRules kGdnRules, kKdaRules, kMamba2Rules, kMamba1Rules, kShortConvRules,
-    kLinearRules, kBailingLinearRules, kPleShortConvRules;
+#define LINMETA_KIND_ROW_DECLARATION(K, name, family) extern const KindRules k##K##Rules;
+LINMETA_BUILDER_KINDS(LINMETA_KIND_ROW_DECLARATION)
+#undef LINMETA_KIND_ROW_DECLARATION
 
 namespace {
 
-/// In BuilderKind order (tests/host/kind_table_test.cpp checks it).
 constexpr std::array<const KindRules*, kNumBuilderKinds> kRows{
-    &kGdnRules,       &kKdaRules,    &kMamba2Rules,        &kMamba1Rules,
-    &kShortConvRules, &kLinearRules, &kBailingLinearRules, &kPleShortConvRules};
+#define LINMETA_KIND_ROW(K, name, family) &k##K##Rules,
+    LINMETA_BUILDER_KINDS(LINMETA_KIND_ROW)
+#undef LINMETA_KIND_ROW
+};
 
 }  // namespace
 

@@ -21,7 +21,6 @@ void pack_linear_fields(Packer& k);
 /// arrays); a kind's row sets what differs.
 constexpr KindRules linear_family_row(BuilderKind kind) {
   KindRules r{.kind = kind,
-              .family = Family::Linear,
               .device_query_start_loc = true,
               .pack_gathers = pack_linear_state,
               .pack_fields = pack_linear_fields};
