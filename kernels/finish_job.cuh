@@ -72,33 +72,37 @@ struct CheckpointGather {
 /// seq_lens[e], kept for update_block_table (which does not read the caller's again).
 struct KeepSeqLens {};
 
+/// The one list of job flavours: X(description, union member). It generates the JobKind
+/// enumerators, the JobArgs members, run_element's cases, the packer's encoder
+/// (src/pack.cpp) and the host executor's dispatch (src/host_executor.cpp). A new flavour
+/// is its description above, its `element` function below and one line here.
+#define LINMETA_JOB_KINDS(X)      \
+  X(GatherState, gather)          \
+  X(CopyValues, copy)             \
+  X(CopyMask, mask)               \
+  X(AcceptedCounts, accepted)     \
+  X(InitialState, initial)        \
+  X(ComputedTokens, computed)     \
+  X(Arange, arange)               \
+  X(TokenPartition, partition)    \
+  X(ChunkIndexPairs, chunks)      \
+  X(ConvPrograms, conv)           \
+  X(CheckpointGather, checkpoint) \
+  X(KeepSeqLens, keep)
+
 enum class JobKind : int32_t {
-  GatherState,
-  CopyValues,
-  CopyMask,
-  AcceptedCounts,
-  InitialState,
-  ComputedTokens,
-  Arange,
-  TokenPartition,
-  ChunkIndexPairs,
-  ConvPrograms,
-  CheckpointGather,
-  KeepSeqLens,
+#define LINMETA_JOB_ENUM(S, m) S,
+  LINMETA_JOB_KINDS(LINMETA_JOB_ENUM)
+#undef LINMETA_JOB_ENUM
 };
 
 union JobArgs {
-  GatherState gather;
-  CopyValues copy;
-  CopyMask mask;
-  AcceptedCounts accepted;
-  InitialState initial;
-  TokenPartition partition;
-  ChunkIndexPairs chunks;
-  ConvPrograms conv;
-  CheckpointGather checkpoint;
+#define LINMETA_JOB_MEMBER(S, m) S m;
+  LINMETA_JOB_KINDS(LINMETA_JOB_MEMBER)
+#undef LINMETA_JOB_MEMBER
   int32_t words[4];
 };
+static_assert(sizeof(JobArgs) == 16, "four words of arguments per job (docs/gpu.md)");
 
 /// One output array to fill: `count` elements of type `dtype` at byte `dst` of the
 /// output block (of each group's region when per_group).
@@ -239,79 +243,95 @@ LINMETA_HD inline int32_t conv_program(const ConvPrograms& x, const int32_t* off
   return x.chunk ? e - off[i] : i;
 }
 
+// One element e of a job of each flavour (`base`: where the job writes for `group`).
+
+LINMETA_HD inline void element(const GatherState& x, const LaunchHeader& h, const int32_t* a,
+                               const Job& j, char* base, int32_t group, int32_t e) {
+  const TableRef& t = table_of(h, a, group);
+  const int32_t cols = x.cols > 0 ? x.cols : t.spec_cols;
+  if (e >= x.n_rows * cols) return;  // a narrower table's spec rows end earlier
+  const int32_t i = e / cols;
+  const int32_t row = i < x.n_real ? row_of(a, x.rows, i) : -1;
+  int64_t v = 0;
+  if (x.pad == StatePad::Empty) {
+    v = row >= 0 && h.seq_lens[row] != 0 ? gather_state(h, t, row, e % cols, cols) : -1;
+  } else {
+    v = row >= 0 ? gather_state(h, t, row, e % cols, cols) : 0;
+  }
+  store(base, j.dtype, e, v);
+}
+LINMETA_HD inline void element(const CopyValues& x, const LaunchHeader&, const int32_t* a,
+                               const Job& j, char* base, int32_t, int32_t e) {
+  store(base, j.dtype, e,
+        static_cast<int64_t>(a[x.src + (e < x.n_real ? e : x.n_real - 1)]) + x.add);
+}
+LINMETA_HD inline void element(const CopyMask& x, const LaunchHeader&, const int32_t* a,
+                               const Job& j, char* base, int32_t, int32_t e) {
+  store(base, j.dtype, e, e < x.n_real && a[x.src + e] != 0);
+}
+LINMETA_HD inline void element(const AcceptedCounts& x, const LaunchHeader& h, const int32_t* a,
+                               const Job& j, char* base, int32_t, int32_t e) {
+  int64_t v = 1;
+  if (e < x.n_real) {
+    const int32_t row = row_of(a, x.rows, e);
+    if (h.accepted_from == AcceptedFrom::Input)
+      v = h.accepted[row];
+    else if (h.accepted_from == AcceptedFrom::QueryLens)
+      v = query_len(h, a, row);
+  }
+  store(base, j.dtype, e, v);
+}
+LINMETA_HD inline void element(const InitialState& x, const LaunchHeader& h, const int32_t* a,
+                               const Job& j, char* base, int32_t, int32_t e) {
+  store(base, j.dtype, e, num_computed(h, a, row_of(a, x.rows, e)) > 0);
+}
+LINMETA_HD inline void element(const ComputedTokens&, const LaunchHeader& h, const int32_t* a,
+                               const Job& j, char* base, int32_t, int32_t e) {
+  store(base, j.dtype, e, num_computed(h, a, e));  // stored as int32 (wraps like the reference)
+}
+LINMETA_HD inline void element(const Arange&, const LaunchHeader&, const int32_t*, const Job& j,
+                               char* base, int32_t, int32_t e) {
+  store(base, j.dtype, e, e);
+}
+LINMETA_HD inline void element(const TokenPartition& x, const LaunchHeader& h, const int32_t* a,
+                               const Job& j, char* base, int32_t, int32_t e) {
+  const int32_t i = owner(a + x.cumsum, x.n_seqs, e);
+  store(base, j.dtype, e, a[h.qsl_at + row_of(a, x.rows, i)] + (e - a[x.cumsum + i]));
+}
+LINMETA_HD inline void element(const ChunkIndexPairs& x, const LaunchHeader&, const int32_t* a,
+                               const Job& j, char* base, int32_t, int32_t e) {
+  const int32_t i = owner(a + x.starts, x.n_nonempty, e);
+  store(base, j.dtype, 2 * static_cast<int64_t>(e), i);
+  store(base, j.dtype, 2 * static_cast<int64_t>(e) + 1, e - a[x.starts + i]);
+}
+LINMETA_HD inline void element(const ConvPrograms& x, const LaunchHeader&, const int32_t* a,
+                               const Job& j, char* base, int32_t, int32_t e) {
+  const int32_t* off = a + x.offsets;
+  int64_t v = kPadSlotId;
+  if (e < off[x.n_seqs]) v = conv_program(x, off, owner(off, x.n_seqs, e), e);
+  store(base, j.dtype, e, v);
+}
+LINMETA_HD inline void element(const CheckpointGather& x, const LaunchHeader& h, const int32_t* a,
+                               const Job& j, char* base, int32_t group, int32_t e) {
+  const int32_t col = a[x.cols + e];
+  const TableRef& t = table_of(h, a, group);
+  store(base, j.dtype, e, col >= 0 ? t.data[row_of(a, x.rows, e) * t.row_stride + col] : 0);
+}
+LINMETA_HD inline void element(const KeepSeqLens&, const LaunchHeader& h, const int32_t*,
+                               const Job& j, char* base, int32_t, int32_t e) {
+  store(base, j.dtype, e, h.seq_lens[e]);
+}
+
 LINMETA_HD inline void run_element(const LaunchHeader& h, const int32_t* a, const Job& j,
                                    int32_t group, int32_t e) {
   char* base = job_base(h, j, group);
-  const JobArgs& x = j.args;
-  int64_t v = 0;
   switch (j.kind) {
-    case JobKind::GatherState: {
-      const TableRef& t = table_of(h, a, group);
-      const int32_t cols = x.gather.cols > 0 ? x.gather.cols : t.spec_cols;
-      if (e >= x.gather.n_rows * cols) return;  // a narrower table's spec rows end earlier
-      const int32_t i = e / cols;
-      const int32_t row = i < x.gather.n_real ? row_of(a, x.gather.rows, i) : -1;
-      if (x.gather.pad == StatePad::Empty) {
-        v = row >= 0 && h.seq_lens[row] != 0 ? gather_state(h, t, row, e % cols, cols) : -1;
-      } else {
-        v = row >= 0 ? gather_state(h, t, row, e % cols, cols) : 0;
-      }
-      break;
-    }
-    case JobKind::CopyValues:
-      v = static_cast<int64_t>(a[x.copy.src + (e < x.copy.n_real ? e : x.copy.n_real - 1)]) +
-          x.copy.add;
-      break;
-    case JobKind::CopyMask:
-      v = e < x.mask.n_real && a[x.mask.src + e] != 0;
-      break;
-    case JobKind::AcceptedCounts:
-      v = 1;
-      if (e < x.accepted.n_real) {
-        const int32_t row = row_of(a, x.accepted.rows, e);
-        if (h.accepted_from == AcceptedFrom::Input)
-          v = h.accepted[row];
-        else if (h.accepted_from == AcceptedFrom::QueryLens)
-          v = query_len(h, a, row);
-      }
-      break;
-    case JobKind::InitialState:
-      v = num_computed(h, a, row_of(a, x.initial.rows, e)) > 0;
-      break;
-    case JobKind::ComputedTokens:
-      v = num_computed(h, a, e);  // stored as int32 (wraps like the reference)
-      break;
-    case JobKind::Arange:
-      v = e;
-      break;
-    case JobKind::TokenPartition: {
-      const int32_t i = owner(a + x.partition.cumsum, x.partition.n_seqs, e);
-      v = a[h.qsl_at + row_of(a, x.partition.rows, i)] + (e - a[x.partition.cumsum + i]);
-      break;
-    }
-    case JobKind::ChunkIndexPairs: {
-      const int32_t i = owner(a + x.chunks.starts, x.chunks.n_nonempty, e);
-      store(base, j.dtype, 2 * static_cast<int64_t>(e), i);
-      store(base, j.dtype, 2 * static_cast<int64_t>(e) + 1, e - a[x.chunks.starts + i]);
-      return;
-    }
-    case JobKind::ConvPrograms: {
-      const int32_t* off = a + x.conv.offsets;
-      v = kPadSlotId;
-      if (e < off[x.conv.n_seqs]) v = conv_program(x.conv, off, owner(off, x.conv.n_seqs, e), e);
-      break;
-    }
-    case JobKind::CheckpointGather: {
-      const int32_t col = a[x.checkpoint.cols + e];
-      const TableRef& t = table_of(h, a, group);
-      v = col >= 0 ? t.data[row_of(a, x.checkpoint.rows, e) * t.row_stride + col] : 0;
-      break;
-    }
-    case JobKind::KeepSeqLens:
-      v = h.seq_lens[e];
-      break;
+#define LINMETA_JOB_CASE(S, m) \
+  case JobKind::S:             \
+    return element(j.args.m, h, a, j, base, group, e);
+    LINMETA_JOB_KINDS(LINMETA_JOB_CASE)
+#undef LINMETA_JOB_CASE
   }
-  store(base, j.dtype, e, v);
 }
 
 /// Block `b` of a launch: the job whose block range holds b, one element per thread.

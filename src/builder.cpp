@@ -114,8 +114,8 @@ Metadata MetadataBuilder::Impl::update_block_table(const Metadata& m, const Bloc
         "linmeta: update_block_table takes metadata of the builder's last built step (this "
         "metadata is of another step or another builder)");
   const std::array<BlockTable, 1> one{table};
-  validate_tables(one);
-  check_table_widths(one, plan.width);
+  validate_tables(one, group);
+  check_table_widths(one, plan.width, group);
 
   // Only the block-table gathers, from the seq_lens the build kept: the caller's of that
   // step are not read again.

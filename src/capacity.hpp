@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kinds/kind_rules.hpp"
 #include "linmeta/config.hpp"
 
 namespace linmeta::detail {
@@ -25,11 +26,12 @@ struct Capacity {
     k.tokens = c.max_num_batched_tokens;
     k.graph_bs = c.decode_cudagraph_max_bs(kind);
     k.graph_rows = std::max(k.graph_bs, k.rows);
-    k.spec_cols = (kind == BuilderKind::Kda && c.use_recoverssm) ? 1 : c.num_spec + 1;
+    const KindRules& rules = kind_rules(kind);
+    k.spec_cols = recoverssm_on(c, rules) ? 1 : c.num_spec + 1;
     k.chunks = k.tokens / kFlaChunkSize + k.rows;
     k.conv_total = k.tokens / kConvBlock + k.rows;
     k.conv = 2 * std::max(1024, k.conv_total);
-    k.mamba_chunks = kind == BuilderKind::Mamba2 ? k.tokens / c.chunk_size + 4 * k.rows : 0;
+    k.mamba_chunks = rules.ssd_chunks ? k.tokens / c.chunk_size + 4 * k.rows : 0;
     return k;
   }
 };

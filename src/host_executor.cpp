@@ -33,28 +33,17 @@ void run_elements(const LaunchHeader& h, const int32_t* arena, Job job, int32_t 
 }
 
 void run_job(const LaunchHeader& h, const int32_t* arena, const Job& job, int32_t g) {
+  if (job.kind == JobKind::ConvPrograms && job.dtype == DType::Int32) {
+    const ConvPrograms& x = job.args.conv;
+    auto* out = reinterpret_cast<int32_t*>(job_base(h, job, g));
+    if (x.chunk) return run_conv_programs(x, std::true_type{}, arena + x.offsets, job.count, out);
+    return run_conv_programs(x, std::false_type{}, arena + x.offsets, job.count, out);
+  }
   switch (job.kind) {
-    case JobKind::ConvPrograms: {
-      if (job.dtype != DType::Int32) return run_elements<JobKind::ConvPrograms>(h, arena, job, g);
-      const ConvPrograms& x = job.args.conv;
-      auto* out = reinterpret_cast<int32_t*>(job_base(h, job, g));
-      if (x.chunk) return run_conv_programs(x, std::true_type{}, arena + x.offsets, job.count, out);
-      return run_conv_programs(x, std::false_type{}, arena + x.offsets, job.count, out);
-    }
-#define LINMETA_RUN(K) \
-  case JobKind::K:     \
-    return run_elements<JobKind::K>(h, arena, job, g);
-      LINMETA_RUN(GatherState)
-      LINMETA_RUN(CopyValues)
-      LINMETA_RUN(CopyMask)
-      LINMETA_RUN(AcceptedCounts)
-      LINMETA_RUN(InitialState)
-      LINMETA_RUN(ComputedTokens)
-      LINMETA_RUN(Arange)
-      LINMETA_RUN(TokenPartition)
-      LINMETA_RUN(ChunkIndexPairs)
-      LINMETA_RUN(CheckpointGather)
-      LINMETA_RUN(KeepSeqLens)
+#define LINMETA_RUN(S, m) \
+  case JobKind::S:        \
+    return run_elements<JobKind::S>(h, arena, job, g);
+    LINMETA_JOB_KINDS(LINMETA_RUN)
 #undef LINMETA_RUN
   }
 }

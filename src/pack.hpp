@@ -9,6 +9,7 @@
 
 #include "../kernels/finish_job.cuh"
 #include "buffer_layout.hpp"
+#include "kinds/kind_rules.hpp"
 #include "linmeta/metadata.hpp"
 #include "step_plan.hpp"
 
@@ -57,15 +58,15 @@ struct ArenaSpan {
   int32_t capacity = 0;  ///< words
 };
 
-/// Columns of a state row gathered from `table` (SPEC §3): Shape::Slots fields.
 /// Whether the build keeps the step's device seq_lens for update_block_table's gathers:
-/// the aligned gather reads them (SPEC §3), and Bailing's staged gather pads the rows whose
-/// seq_len is 0 (docs/semantics.md L2).
-[[nodiscard]] constexpr bool regather_reads_seq_lens(const Config& c, BuilderKind kind) {
+/// the aligned gather reads them (SPEC §3), and so does a kind whose staged gather pads the
+/// rows whose seq_len is 0 (Bailing, docs/semantics.md L2).
+[[nodiscard]] inline bool regather_reads_seq_lens(const Config& c, BuilderKind kind) {
   return c.mamba_cache_mode == CacheMode::Align ||
-         (kind == BuilderKind::BailingLinear && c.full_cuda_graph);
+         (kind_rules(kind).staged_pads_empty_rows && c.full_cuda_graph);
 }
 
+/// Columns of a state row gathered from `table` (SPEC §3): Shape::Slots fields.
 [[nodiscard]] int32_t spec_columns(const Config& config, const StepPlan& plan,
                                    const BlockTable& table);
 

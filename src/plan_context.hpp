@@ -1,11 +1,12 @@
-// What the planning steps share (src/planner.cpp, gdn_rules.cpp, mamba_rules.cpp): one
-// step's inputs, the configuration and the plan being filled.
+// What the planning steps share (src/planner.cpp and the kinds' planning, src/kinds/): one
+// step's inputs, the configuration, the kind's row and the plan being filled.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
 #include "capacity.hpp"
+#include "kinds/kind_rules.hpp"
 #include "step_plan.hpp"
 
 namespace linmeta::detail {
@@ -13,6 +14,7 @@ namespace linmeta::detail {
 struct Ctx {
   const Config& c;
   BuilderKind kind;
+  const KindRules& rules;
   const Step& s;
   bool capture;
   std::span<const BlockTable> tables;
@@ -22,18 +24,8 @@ struct Ctx {
   const int32_t* drafts = nullptr;   ///< the step's drafts, ql - 1 for a capture, or null
   const bool* prefilling = nullptr;  ///< is_prefilling, all false when absent
 
-  [[nodiscard]] bool kda() const { return kind == BuilderKind::Kda; }
   [[nodiscard]] bool v034() const { return c.profile == Profile::Vllm034; }
 };
-
-/// GDN / KDA classification (SPEC §4–8, rules R1–R4, K1–K6): gdn_rules.cpp.
-void plan_gdn_family(Ctx& x);
-/// The Mamba base builders (docs/semantics.md M1–M5): mamba_rules.cpp.
-void plan_mamba(Ctx& x);
-/// Linear attention (docs/semantics.md L1, L2): mamba_rules.cpp.
-void plan_linear(Ctx& x);
-/// PLE ShortConv (docs/semantics.md P1–P3): ple_rules.cpp.
-void plan_ple_short_conv(Ctx& x);
 
 /// The cumulative query lengths of `rows` ([rows.n + 1], from 0).
 void fill_cumsum(const StepPlan& p, const RowList& rows, Cumsum& out);

@@ -1,6 +1,8 @@
 // Planning a step (SPEC §4–8, docs/semantics.md): validation, the inputs every builder
-// reads, then the builder family's classification (gdn_rules.cpp, mamba_rules.cpp) and
-// the steps they share: causal-conv1d metadata and prefill checkpoints.
+// reads, then the kind's own planning (its KindRules::plan, src/kinds/) and the steps the
+// kinds share: causal-conv1d metadata and prefill checkpoints.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -8,60 +10,93 @@
 #include "capacity.hpp"
 #include "checkpoint_rule.hpp"
 #include "cumsum.hpp"
+#include "kinds/kind_rules.hpp"
+#include "linmeta/error.hpp"
 #include "plan_context.hpp"
 #include "step_plan.hpp"
 #include "validate.hpp"
 
 namespace linmeta::detail {
 
+namespace {
+
+/// Takes consecutive int32 arrays from PlanStorage::words, or only counts them
+/// (`base == nullptr`). An array past the end is an InternalError naming it.
+class Carver {
+ public:
+  Carver(int32_t* base, size_t capacity) : base_(base), capacity_(capacity) {}
+  std::span<int32_t> take(size_t n, const char* what) {
+    if (base_ == nullptr) {
+      used_ += n;
+      return {};
+    }
+    if (n > capacity_ - used_)
+      throw InternalError(
+          fmt::format("plan storage overflow: {} ({} words) ends past the {} words "
+                      "counted ({} taken before it)",
+                      what, n, capacity_, used_));
+    const std::span<int32_t> s(base_ + used_, n);
+    used_ += n;
+    return s;
+  }
+  [[nodiscard]] size_t used() const { return used_; }
+
+ private:
+  int32_t* base_;
+  size_t capacity_;
+  size_t used_ = 0;
+};
+
+/// Every int32 array of a plan, in storage order: the one list that sizes PlanStorage
+/// (count mode) and points a StepPlan into it.
+void carve_plan(const PlanStorage& storage, Carver& c, StepPlan& p) {
+  const size_t R = storage.rows;
+  p.qsl = c.take(R + 1, "qsl");
+  p.mask = c.take(R, "mask");
+  p.capture_drafts = c.take(R, "capture_drafts");
+  p.ns_rows.idx = c.take(R, "ns_rows");
+  p.sp_rows.idx = c.take(R, "sp_rows");
+  p.ns_qsl.v = c.take(R + 1, "ns_qsl");
+  p.sp_qsl.v = c.take(R + 1, "sp_qsl");
+  p.gdn.chunk_offsets = c.take(R + 1, "chunk_offsets");
+  p.gdn.chunk_starts = c.take(R + 1, "chunk_starts");
+  p.conv_nums = c.take(R, "conv_nums");
+  p.conv_offsets = c.take(R + 1, "conv_offsets");
+  p.conv_offsetlist = c.take(storage.conv_total, "conv_offsetlist");
+  p.checkpoint.offsets = c.take(R, "checkpoint.offsets");
+  p.checkpoint.cols = c.take(R, "checkpoint.cols");
+  p.checkpoint.query_lens = c.take(R, "checkpoint.query_lens");
+  p.gdn.fi_cu_starts = c.take(R + 1, "fi_cu_starts");
+  p.gdn.fi_rows = c.take(R, "fi_rows");
+  p.gdn.fi_order = c.take(R, "fi_order");
+  p.mamba.cu_chunk = c.take(storage.mamba_chunks + 1, "cu_chunk");
+  p.mamba.seq_idx = c.take(storage.mamba_chunks, "seq_idx");
+  p.mamba.last_chunk = c.take(R, "last_chunk");
+  p.mamba.ckpt_chunk = c.take(R, "ckpt_chunk");
+}
+
+}  // namespace
+
 PlanStorage::PlanStorage(const Config& c, BuilderKind kind) {
   const Capacity cap = Capacity::of(c, kind);
   rows = static_cast<size_t>(cap.rows);
   conv_total = is_linear_attention(kind) ? 0 : static_cast<size_t>(cap.conv_total);
   mamba_chunks = static_cast<size_t>(cap.mamba_chunks);
-  // R + 1: qsl, ns_qsl, sp_qsl, chunk_offsets, chunk_starts, conv_offsets, fi_cu_starts;
-  // R: mask, capture_drafts, ns_rows, sp_rows, conv_nums, checkpoint offsets / cols /
-  // query_lens, fi_rows, fi_order, last_chunk, ckpt_chunk; the conv1d offset list; the
-  // Mamba2 chunk arrays.
-  words.assign(7 * (rows + 1) + 12 * rows + conv_total + 2 * mamba_chunks + 1, 0);
+  Carver count(nullptr, 0);
+  StepPlan scratch;
+  carve_plan(*this, count, scratch);
+  words.assign(count.used(), 0);
   mlist.assign(conv_total, 0);
   no_prefilling.assign(rows, 0);
   mask_host.assign(rows, 0);
 }
 
 StepPlan::StepPlan(PlanStorage& storage) {
-  const size_t R = storage.rows;
-  int32_t* at = storage.words.data();
-  auto take = [&](size_t n) {
-    const std::span<int32_t> s(at, n);
-    at += n;
-    return s;
-  };
-  qsl = take(R + 1);
-  mask = take(R);
-  capture_drafts = take(R);
+  Carver carver(storage.words.data(), storage.words.size());
+  carve_plan(storage, carver, *this);
   no_prefilling = storage.no_prefilling;
-  mask_host = storage.mask_host;
-  ns_rows.idx = take(R);
-  sp_rows.idx = take(R);
-  ns_qsl.v = take(R + 1);
-  sp_qsl.v = take(R + 1);
-  chunk_offsets = take(R + 1);
-  chunk_starts = take(R + 1);
-  conv_nums = take(R);
-  conv_offsets = take(R + 1);
-  conv_offsetlist = take(storage.conv_total);
+  gdn.mask_host = storage.mask_host;
   conv_mlist = std::span<int64_t>(storage.mlist);
-  checkpoint.offsets = take(R);
-  checkpoint.cols = take(R);
-  checkpoint.query_lens = take(R);
-  fi_cu_starts = take(R + 1);
-  fi_rows = take(R);
-  fi_order = take(R);
-  cu_chunk = take(storage.mamba_chunks + 1);
-  seq_idx = take(storage.mamba_chunks);
-  last_chunk = take(R);
-  ckpt_chunk = take(R);
 }
 
 void plan_conv1d(StepPlan& p, const int32_t* cu, int32_t n) {
@@ -90,8 +125,8 @@ void fill_cumsum(const StepPlan& p, const RowList& rows, Cumsum& out) {
 
 int32_t checkpoint_alignment(const Config& c, BuilderKind kind) {
   if (c.prefill_checkpoint_alignment > 0) return c.prefill_checkpoint_alignment;
-  if (kind == BuilderKind::Kda) return kKdaCheckpointAlign;
-  return kind == BuilderKind::Mamba2 ? 1 : c.block_size;
+  const int32_t own = kind_rules(kind).checkpoint_alignment;
+  return own > 0 ? own : c.block_size;
 }
 
 /// Prefill checkpoints, align mode: SPEC §8 (seed, KDA); R5 / K4 / M4 (vllm-0.34): the shared
@@ -136,7 +171,8 @@ void plan_checkpoints(Ctx& x) {
 void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
                std::span<const BlockTable> tables, StepPlan& p) {
   validate_step(c, kind, s, capture, tables);
-  Ctx x{c, kind, s, capture, tables, Capacity::of(c, kind), p};
+  const KindRules& rules = kind_rules(kind);
+  Ctx x{c, kind, rules, s, capture, tables, Capacity::of(c, kind), p};
   p.num_reqs = s.num_reqs;
   p.num_actual_tokens = s.num_actual_tokens;
   p.capture = capture;
@@ -170,14 +206,7 @@ void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
     x.drafts = s.num_decode_draft_tokens.data();
   }
 
-  if (is_gdn_family(kind))
-    plan_gdn_family(x);
-  else if (is_linear_attention(kind))
-    plan_linear(x);
-  else if (kind == BuilderKind::PleShortConv)
-    plan_ple_short_conv(x);
-  else
-    plan_mamba(x);
+  rules.plan(x);
   check_table_widths(tables, p.width);
 }
 

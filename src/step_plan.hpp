@@ -14,7 +14,8 @@
 namespace linmeta::detail {
 
 /// The memory behind a StepPlan's arrays, sized once from the configuration so that
-/// planning never allocates.
+/// planning never allocates. Its int32 words are carved by one function (carve_plan in
+/// planner.cpp) that also counts them: the size is what the carving takes.
 struct PlanStorage {
   PlanStorage(const Config& config, BuilderKind kind);
   size_t rows = 0;                     ///< R
@@ -60,43 +61,16 @@ struct CheckpointPlan {
   std::span<int32_t> query_lens;  ///< [rows.n]
 };
 
-/// One step's plan. Every value has its default here, and a plan is reset by assigning
-/// StepPlan(storage): nothing is reset by hand. The spans point into a PlanStorage.
-struct StepPlan : StepCounts {
-  StepPlan() = default;
-  explicit StepPlan(PlanStorage& storage);
-
-  int32_t num_reqs = 0;
-  int32_t total_tokens = 0;  ///< query_start_loc[num_reqs]
-  bool capture = false;
-
-  Path path = Path::NoSpec;
+/// What only GDN and KDA plan (src/kinds/gdn_family.cpp; SPEC §4–8, R1–R5, K1–K6).
+struct GdnPlan {
   int32_t uniform_spec_len = -1;  ///< -1: absent
-
-  std::span<int32_t> qsl;                  ///< [num_reqs + 1] host copy
-  std::span<int32_t> mask;                 ///< [num_reqs] spec mask (0/1), valid on the spec path
-  std::span<int32_t> capture_drafts;       ///< [num_reqs] ql - 1 of a capture build
-  std::span<const uint8_t> no_prefilling;  ///< [R] zeros: is_prefilling when absent
-  bool mask_output = false;                ///< spec_sequence_masks is an output (GDN spec path)
-  std::span<uint8_t> mask_host;            ///< [num_reqs] the mask as bool, with mask_output
-
-  RowList ns_rows;        ///< rows behind non_spec_* arrays (Mamba: the prefill rows)
-  RowList sp_rows;        ///< rows behind spec_* arrays
-  bool ns_state = false;  ///< non_spec_state_indices present
-  Cumsum ns_qsl;
-  bool ns_qsl_output = false;  ///< non_spec_query_start_loc present
-  Cumsum sp_qsl;
-  int32_t spec_state_cols = 1;  ///< S
-
-  /// Token index outputs: none, arange (pure GDN spec) or the stable partition.
-  enum class Tokens : int32_t { None, Arange, Partition } tokens = Tokens::None;
-  int32_t arange_len = 0;
+  bool mask_output = false;       ///< spec_sequence_masks is an output (GDN spec path)
+  std::span<uint8_t> mask_host;   ///< [num_reqs] the mask as bool, with mask_output
 
   // Prefill extras (num_prefills > 0).
   bool prefill_fields = false;  ///< GDN prefill_* views
   int32_t peel_rows = 0;        ///< decodes peeled off the non-spec rows
   int32_t peel_tokens = 0;
-  bool has_initial_state = false;
   bool chunks = false;
   std::span<int32_t> chunk_offsets;  ///< [chunk_seqs + 1]
   int32_t chunk_seqs = 0;
@@ -105,15 +79,6 @@ struct StepPlan : StepCounts {
   std::span<int32_t> chunk_starts;  ///< [chunk_nonempty + 1]
   int32_t chunk_nonempty = 0;
 
-  // Causal-conv1d metadata over the prefill sequences (vLLM's nums_dict).
-  bool conv = false;
-  std::span<int32_t> conv_nums;        ///< [conv_seqs]
-  std::span<int32_t> conv_offsets;     ///< [conv_seqs + 1]
-  std::span<int64_t> conv_mlist;       ///< [tot] sequence of each program
-  std::span<int32_t> conv_offsetlist;  ///< [tot] chunk of each program in its sequence
-  int32_t conv_seqs = 0;
-
-  CheckpointPlan checkpoint;
   /// vllm-0.34 GDN + FlashInfer: flashinfer_checkpoint_plan (int64 in vLLM).
   bool fi_checkpoint_plan = false;
   int32_t fi_every_n = 0;           ///< every_n_tokens; num_checkpoints = fi_cu_starts[last]
@@ -135,22 +100,71 @@ struct StepPlan : StepCounts {
   bool recoverssm_commit = false;
   bool request_indices = false;  ///< = sp_rows, mixed RecoverSSM path
   bool commit_align = false;
+};
 
-  // The Mamba base builders (docs/semantics.md M1–M5); ns_rows are the prefill rows.
-  MambaAccepted mamba_accepted = MambaAccepted::None;
+/// What only the Mamba family (docs/semantics.md M1–M5, P1–P3) and Bailing (L2) plan
+/// (src/kinds/mamba_family.cpp, mamba2.cpp, ple_short_conv.cpp, bailing_linear.cpp).
+struct MambaPlan {
+  MambaAccepted accepted = MambaAccepted::None;
   bool accepted_from_query_lens = false;  ///< DecodeRows without the caller's counts
   // Mamba2.
   bool prep_initial_states = false;
-  bool mamba_chunks = false;
+  bool chunks = false;  ///< the SSD chunk arrays are present
   int32_t num_chunks = 0;
   std::span<int32_t> cu_chunk;     ///< [num_chunks + 1]
   std::span<int32_t> seq_idx;      ///< [num_chunks]
   std::span<int32_t> last_chunk;   ///< [num_prefills]
   bool checkpoint_chunks = false;  ///< checkpoint_chunk_idx present
   std::span<int32_t> ckpt_chunk;   ///< [num_prefills]
-  // PLE ShortConv (docs/semantics.md P1–P3): path NoSpec is the base builder's split.
+  // PLE ShortConv (P1–P3): path NoSpec is the base builder's split.
   int32_t max_prefill_query_len = 0;
   bool drafts_given = false;  ///< num_decode_draft_tokens_cpu is the caller's array
+};
+
+/// One step's plan: what every kind plans, and each family's own part. Every value has its
+/// default here, and a plan is reset by assigning StepPlan(storage): nothing is reset by
+/// hand. The spans point into a PlanStorage.
+struct StepPlan : StepCounts {
+  StepPlan() = default;
+  explicit StepPlan(PlanStorage& storage);
+
+  int32_t num_reqs = 0;
+  int32_t total_tokens = 0;  ///< query_start_loc[num_reqs]
+  bool capture = false;
+
+  Path path = Path::NoSpec;
+
+  std::span<int32_t> qsl;                  ///< [num_reqs + 1] host copy
+  std::span<int32_t> mask;                 ///< [num_reqs] spec mask (0/1), valid on the spec path
+  std::span<int32_t> capture_drafts;       ///< [num_reqs] ql - 1 of a capture build
+  std::span<const uint8_t> no_prefilling;  ///< [R] zeros: is_prefilling when absent
+
+  RowList ns_rows;        ///< rows behind non_spec_* arrays (Mamba: the prefill rows)
+  RowList sp_rows;        ///< rows behind spec_* arrays
+  bool ns_state = false;  ///< non_spec_state_indices present
+  Cumsum ns_qsl;
+  bool ns_qsl_output = false;  ///< non_spec_query_start_loc present
+  Cumsum sp_qsl;
+  int32_t spec_state_cols = 1;  ///< S
+
+  /// Token index outputs: none, arange (pure GDN spec) or the stable partition.
+  enum class Tokens : int32_t { None, Arange, Partition } tokens = Tokens::None;
+  int32_t arange_len = 0;
+
+  bool has_initial_state = false;  ///< the prefill rows' has_initial_state(s)
+
+  // Causal-conv1d metadata over the prefill sequences (vLLM's nums_dict).
+  bool conv = false;
+  std::span<int32_t> conv_nums;        ///< [conv_seqs]
+  std::span<int32_t> conv_offsets;     ///< [conv_seqs + 1]
+  std::span<int64_t> conv_mlist;       ///< [tot] sequence of each program
+  std::span<int32_t> conv_offsetlist;  ///< [tot] chunk of each program in its sequence
+  int32_t conv_seqs = 0;
+
+  CheckpointPlan checkpoint;
+
+  GdnPlan gdn;
+  MambaPlan mamba;
 
   /// The widest block-table read (checked for every table, also by update_block_table).
   WidthNeed width;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "capacity.hpp"
+#include "kinds/kind_rules.hpp"
 #include "linmeta/error.hpp"
 #include "linmeta/names.hpp"
 
@@ -16,13 +17,14 @@ namespace {
 
 std::string_view kind_name(BuilderKind kind) { return names::builder_kind_name(kind); }
 
-/// What each profile and builder kind supports (docs/semantics.md).
+/// What each profile and builder kind supports (docs/semantics.md): the shared rules, with
+/// the kind's own (KindRules::check_config, check_config_v034) in their place.
 void validate_profile(const Config& c, BuilderKind kind) {
-  const bool gdn = kind == BuilderKind::Gdn, kda = kind == BuilderKind::Kda;
+  const detail::KindRules& k = detail::kind_rules(kind);
   const std::string_view backend = names::prefill_backend_name(c.prefill_backend);
-  if (!is_gdn_family(kind)) {
-    // The Mamba family exists in the vllm-0.34 profile only, with none of the GDN / KDA
-    // options.
+  if (!k.seed_profile) {
+    // The Mamba and linear families exist in the vllm-0.34 profile only, with none of the
+    // GDN / KDA options.
     if (c.profile != Profile::Vllm034)
       fail(
           fmt::format("the {} builder follows vLLM 0.34's rules only: config.profile must be "
@@ -32,27 +34,14 @@ void validate_profile(const Config& c, BuilderKind kind) {
       fail(fmt::format("config.prefill_backend = {} is a GDN / KDA option; the {} builder has none",
                        backend, kind_name(kind)));
   }
-  if (kind == BuilderKind::Mamba2 && c.chunk_size <= 0)
-    fail(
-        fmt::format("config.chunk_size = {} must be positive for Mamba2 (vLLM's "
-                    "model_config.get_mamba_chunk_size())",
-                    c.chunk_size));
-  if (kind != BuilderKind::Mamba2 && c.chunk_size != 0)
+  if (!k.ssd_chunks && c.chunk_size != 0)
     fail(fmt::format("config.chunk_size = {} is a Mamba2 option; the {} builder has none",
                      c.chunk_size, kind_name(kind)));
-  if (c.num_prefill_checkpoint_blocks > 0 && !gdn && !kda && kind != BuilderKind::Mamba2 &&
-      kind != BuilderKind::PleShortConv)
+  if (c.num_prefill_checkpoint_blocks > 0 && !k.checkpoints)
     fail(fmt::format(
         "config.num_prefill_checkpoint_blocks = {}: the {} builder has no prefill checkpoints",
         c.num_prefill_checkpoint_blocks, kind_name(kind)));
-  if (kind == BuilderKind::PleShortConv && c.num_prefill_checkpoint_blocks > 0 &&
-      c.prefill_checkpoint_alignment <= 0)
-    fail(
-        "config.num_prefill_checkpoint_blocks > 0 needs prefill_checkpoint_alignment for "
-        "ple_short_conv (vLLM's default None declines every checkpoint: leave both unset)");
-  // A backend GDN does not have, in either profile.
-  if (gdn && c.prefill_backend == PrefillBackend::FlashKda)
-    fail("config.prefill_backend = flashkda is a KDA backend; GDN takes triton or flashinfer");
+  if (k.check_config != nullptr) k.check_config(c);
   if (c.profile == Profile::Seed) {
     if (c.prefill_backend == PrefillBackend::FlashInfer)
       fail(
@@ -68,16 +57,7 @@ void validate_profile(const Config& c, BuilderKind kind) {
   // R3: vLLM 0.34's MambaCacheMode is "none" | "align".
   if (c.mamba_cache_mode == CacheMode::All)
     fail("config.mamba_cache_mode = all does not exist in the vllm-0.34 profile (none | align)");
-  if (gdn && !c.chunk_metadata)
-    fail(
-        "config.chunk_metadata = false: in the vllm-0.34 profile chunk metadata follows "
-        "prefill_backend (flashinfer builds none)");
-  // Only KDA layers whose prefill kernel exports mid-prefill states have checkpoint blocks.
-  if (kda && c.num_prefill_checkpoint_blocks > 0 && c.prefill_backend != PrefillBackend::FlashKda)
-    fail(fmt::format(
-        "config.num_prefill_checkpoint_blocks = {} needs prefill_backend = flashkda for KDA "
-        "(prefill_backend = {} exports no checkpoints)",
-        c.num_prefill_checkpoint_blocks, backend));
+  if (k.check_config_v034 != nullptr) k.check_config_v034(c);
 }
 
 }  // namespace
@@ -121,13 +101,13 @@ void validate_config(const Config& c, BuilderKind kind) {
     fail(fmt::format(
         "config.prefill_backend = {} is none of triton (0), flashinfer (1), flashkda (2)",
         static_cast<int32_t>(c.prefill_backend)));
-  if (kind != BuilderKind::Kda && c.use_recoverssm)
+  if (!detail::kind_rules(kind).recoverssm && c.use_recoverssm)
     fail(fmt::format("config.use_recoverssm is a KDA option; the {} builder does not support it",
                      kind_name(kind)));
   validate_profile(c, kind);
   // The bounds above keep every capacity within int32.
   const auto cap = detail::Capacity::of(c, kind);
-  if (c.mamba_cache_mode == CacheMode::Align && kind != BuilderKind::Linear &&
+  if (c.mamba_cache_mode == CacheMode::Align && detail::kind_rules(kind).aligned_spec_slots &&
       static_cast<int64_t>(c.num_speculative_blocks) + 1 < cap.spec_cols)
     fail(fmt::format(
         "config.num_speculative_blocks = {} gathers {} aligned state slots, fewer than the {} a "
@@ -138,50 +118,14 @@ void validate_config(const Config& c, BuilderKind kind) {
 
 namespace detail {
 
-namespace {
+void reject(const std::string& message) { fail(message); }
 
-/// vLLM's build_for_cudagraph_capture assertions: decode-only FULL graphs.
-void validate_capture(const Config& c, BuilderKind kind, const Step& s) {
-  const int32_t n = s.num_reqs;
-  const int32_t d = c.decode_cudagraph_max_bs(kind);
-  if (is_gdn_family(kind)) {
-    if (n > d || s.num_actual_tokens > d)
-      fail(fmt::format(
-          "capture build supports decode-only FULL graphs: num_reqs = {} and num_actual_tokens = "
-          "{} must both be <= decode_cudagraph_max_bs = {}",
-          n, s.num_actual_tokens, d));
-    return;
-  }
-  if (kind == BuilderKind::Linear) return;  // a plain build
-  if (kind == BuilderKind::PleShortConv) {  // P1: rows and tokens within its graph limits
-    int64_t tokens = static_cast<int64_t>(c.max_num_seqs) * (c.num_spec + 1);
-    if (c.max_cudagraph_capture_size > 0)
-      tokens = std::min<int64_t>(tokens, c.max_cudagraph_capture_size);
-    if (n > d || s.num_actual_tokens > tokens)
-      fail(
-          fmt::format("capture build supports decode-only FULL graphs: num_reqs = {} must be <= "
-                      "decode_cudagraph_max_bs = {} and num_actual_tokens = {} <= {}",
-                      n, d, s.num_actual_tokens, tokens));
-    return;
-  }
+int32_t longest_query(const Step& s) {
   int32_t longest = 0;
   const auto& q = s.query_start_loc_cpu;
-  for (int32_t r = 0; r < n; ++r) longest = std::max(longest, q[r + 1] - q[r]);
-  if (kind == BuilderKind::BailingLinear) {  // L2: a plain build, spec rows of <= 1 + k
-    if (c.num_spec > 0 && longest > c.num_spec + 1)
-      fail(fmt::format(
-          "capture build with speculative decoding: the longest query {} exceeds num_spec + 1 = {}",
-          longest, c.num_spec + 1));
-    return;
-  }
-  if (n > d || longest != c.num_spec + 1)
-    fail(fmt::format(
-        "capture build supports decode-only FULL graphs: num_reqs = {} must be <= "
-        "decode_cudagraph_max_bs = {} and the longest query {} must be num_spec + 1 = {}",
-        n, d, longest, c.num_spec + 1));
+  for (int32_t r = 0; r < s.num_reqs; ++r) longest = std::max(longest, q[r + 1] - q[r]);
+  return longest;
 }
-
-}  // namespace
 
 void validate_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
                    std::span<const BlockTable> tables) {
@@ -243,19 +187,20 @@ void validate_step(const Config& c, BuilderKind kind, const Step& s, bool captur
                        c.num_spec));
     }
   }
-  if (capture) validate_capture(c, kind, s);
+  const KindRules& k = kind_rules(kind);
+  if (capture && k.check_capture != nullptr) k.check_capture(c, kind, s);
   if (s.seq_lens == nullptr) fail("seq_lens (device) is null");
-  if ((is_linear_attention(kind) || kind == BuilderKind::PleShortConv) &&
-      s.query_start_loc == nullptr)
+  if (k.device_query_start_loc && s.query_start_loc == nullptr)
     fail(fmt::format("query_start_loc (device) is null: the {} builder's metadata holds it",
                      kind_name(kind)));
 
   validate_tables(tables);
 }
 
-void validate_tables(std::span<const BlockTable> tables) {
-  for (size_t g = 0; g < tables.size(); ++g) {
-    const BlockTable& t = tables[g];
+void validate_tables(std::span<const BlockTable> tables, int32_t first_group) {
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const BlockTable& t = tables[i];
+    const int64_t g = first_group + static_cast<int64_t>(i);
     if (t.data == nullptr) fail(fmt::format("block_table of group {} is null", g));
     if (t.width < 1 || t.row_stride < t.width)
       fail(
@@ -271,7 +216,7 @@ void validate_tables(std::span<const BlockTable> tables) {
 
 void check_spec_row_length(const Config& c, BuilderKind kind, int32_t row, int32_t query_len) {
   if (query_len <= c.num_spec + 1) return;
-  if (kind == BuilderKind::Kda && c.use_recoverssm)
+  if (recoverssm_on(c, kind_rules(kind)))
     fail(
         fmt::format("KDA RecoverSSM speculative decode query length exceeds its activation "
                     "capacity: row {} has query length {} > num_spec + 1 = {}",
@@ -285,7 +230,7 @@ void require_is_prefilling(const Step& s, const char* why) {
 }
 
 bool reads_accepted(const Config& c, BuilderKind kind, bool capture) {
-  return !capture && !(kind == BuilderKind::Kda && c.use_recoverssm);
+  return !capture && !recoverssm_on(c, kind_rules(kind));
 }
 
 void require_accepted(const Config& c, BuilderKind kind, const Step& s, bool capture) {
@@ -293,13 +238,14 @@ void require_accepted(const Config& c, BuilderKind kind, const Step& s, bool cap
     fail("num_accepted_tokens (device) is null but the step has spec-decode rows");
 }
 
-void check_table_widths(std::span<const BlockTable> tables, const WidthNeed& need) {
-  for (size_t g = 0; g < tables.size(); ++g)
-    if (tables[g].width < need.cols)
-      fail(
-          fmt::format("block_table of group {} is too narrow: row {} reads {} columns for {} but "
-                      "width = {}",
-                      g, need.row, need.cols, need.what, tables[g].width));
+void check_table_widths(std::span<const BlockTable> tables, const WidthNeed& need,
+                        int32_t first_group) {
+  for (size_t i = 0; i < tables.size(); ++i)
+    if (tables[i].width < need.cols)
+      fail(fmt::format(
+          "block_table of group {} is too narrow: row {} reads {} columns for {} but "
+          "width = {}",
+          first_group + static_cast<int64_t>(i), need.row, need.cols, need.what, tables[i].width));
 }
 
 }  // namespace detail

@@ -3,18 +3,26 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "linmeta/config.hpp"
 #include "linmeta/step.hpp"
 
 namespace linmeta::detail {
 
+/// Throws linmeta::Error("linmeta: " + message): every rejection of input (the kinds' own
+/// rules in src/kinds/ included).
+[[noreturn]] void reject(const std::string& message);
+
+/// The longest query of a step (its query_start_loc_cpu is valid).
+[[nodiscard]] int32_t longest_query(const Step& step);
+
 /// Checks shapes, pointers and values of a step before any planning (SPEC §1).
 void validate_step(const Config& config, BuilderKind kind, const Step& step, bool capture,
                    std::span<const BlockTable> tables);
 
-/// Block-table pointers and strides.
-void validate_tables(std::span<const BlockTable> tables);
+/// Block-table pointers and strides; tables[i] is group first_group + i (errors name it).
+void validate_tables(std::span<const BlockTable> tables, int32_t first_group = 0);
 
 /// Spec rows may carry at most num_spec + 1 tokens (SPEC §8 under RecoverSSM).
 void check_spec_row_length(const Config& config, BuilderKind kind, int32_t row, int32_t query_len);
@@ -45,7 +53,9 @@ struct WidthNeed {
   }
 };
 
-/// Every table must be at least as wide as the step reads.
-void check_table_widths(std::span<const BlockTable> tables, const WidthNeed& need);
+/// Every table must be at least as wide as the step reads; tables[i] is group
+/// first_group + i (errors name it).
+void check_table_widths(std::span<const BlockTable> tables, const WidthNeed& need,
+                        int32_t first_group = 0);
 
 }  // namespace linmeta::detail

@@ -16,15 +16,18 @@
 namespace {
 
 int usage() {
-  std::fprintf(
-      stderr,
-      "usage: linmeta-stepgen --builder gdn|kda|mamba2|mamba1|short_conv|linear --count N\n"
-      "                       [--seed S]\n"
-      "                       [--profile seed|vllm-0.34] [--groups-percent P]\n"
-      "                       [--zero-drafts-percent Z]\n"
-      "  prints N random steps (one case-file JSON object per line, no expected);\n"
-      "  P percent of them (default 15) are seen by 2-4 KV-cache groups; in Z percent\n"
-      "  (default 0) every spec row drafts 0 tokens\n");
+  std::string kinds;  // the builder names, from the kind list (names.hpp)
+  for (const auto& [kind, name] : linmeta::names::kBuilderKinds)
+    kinds.append(kinds.empty() ? "" : "|").append(name);
+  std::fprintf(stderr,
+               "usage: linmeta-stepgen --builder %s --count N\n"
+               "                       [--seed S]\n"
+               "                       [--profile seed|vllm-0.34] [--groups-percent P]\n"
+               "                       [--zero-drafts-percent Z]\n"
+               "  prints N random steps (one case-file JSON object per line, no expected);\n"
+               "  P percent of them (default 15) are seen by 2-4 KV-cache groups; in Z percent\n"
+               "  (default 0) every spec row drafts 0 tokens\n",
+               kinds.c_str());
   return 2;
 }
 

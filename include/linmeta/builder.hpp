@@ -111,21 +111,13 @@ class KindMetadataBuilder : public MetadataBuilder {
       : MetadataBuilder(Kind, config, options) {}
 };
 
-/// vLLM's GDNAttentionMetadataBuilder (gdn_attn.py).
-using GdnMetadataBuilder = KindMetadataBuilder<BuilderKind::Gdn>;
-/// vLLM's KimiK3KDAMetadataBuilder (kimi_k3/nvidia/kda_metadata.py).
-using KdaMetadataBuilder = KindMetadataBuilder<BuilderKind::Kda>;
-/// vLLM 0.34's Mamba2AttentionMetadataBuilder (mamba2_attn.py); Profile::Vllm034.
-using Mamba2MetadataBuilder = KindMetadataBuilder<BuilderKind::Mamba2>;
-/// vLLM 0.34's Mamba1AttentionMetadataBuilder (mamba1_attn.py); Profile::Vllm034.
-using Mamba1MetadataBuilder = KindMetadataBuilder<BuilderKind::Mamba1>;
-/// vLLM 0.34's ShortConvAttentionMetadataBuilder (short_conv_attn.py); Profile::Vllm034.
-using ShortConvMetadataBuilder = KindMetadataBuilder<BuilderKind::ShortConv>;
-/// vLLM 0.34's LinearAttentionMetadataBuilder (linear_attn.py); Profile::Vllm034.
-using LinearMetadataBuilder = KindMetadataBuilder<BuilderKind::Linear>;
-/// vLLM 0.34's BailingLinearAttentionMetadataBuilder (linear_attn.py); Profile::Vllm034.
-using BailingLinearMetadataBuilder = KindMetadataBuilder<BuilderKind::BailingLinear>;
-/// vLLM 0.34's PleShortConvAttentionMetadataBuilder (short_conv_attn.py); Profile::Vllm034.
-using PleShortConvMetadataBuilder = KindMetadataBuilder<BuilderKind::PleShortConv>;
+/// One alias a kind of LINMETA_BUILDER_KINDS (config.hpp), vLLM's class of that name:
+/// GdnMetadataBuilder, KdaMetadataBuilder, Mamba2MetadataBuilder, Mamba1MetadataBuilder,
+/// ShortConvMetadataBuilder, LinearMetadataBuilder, BailingLinearMetadataBuilder,
+/// PleShortConvMetadataBuilder (all but GDN and KDA take Profile::Vllm034 only).
+#define LINMETA_KIND_ALIAS(K, name, family) \
+  using K##MetadataBuilder = KindMetadataBuilder<BuilderKind::K>;
+LINMETA_BUILDER_KINDS(LINMETA_KIND_ALIAS)
+#undef LINMETA_KIND_ALIAS
 
 }  // namespace linmeta

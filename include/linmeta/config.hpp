@@ -19,13 +19,18 @@ inline constexpr int32_t kKdaCheckpointAlign = 16;
 
 /// Upper bounds of the configuration: validate_config() rejects larger values. They keep
 /// every size and index the builders derive from a configuration within int32, and bound
-/// the memory a builder allocates (at the bounds: ~90 MB of persistent FULL-graph buffers
-/// per KV-cache group and ~170 MB of step-level arrays). `block_size`,
-/// `max_cudagraph_capture_size`, `num_speculative_blocks`, `chunk_size` and
-/// `prefill_checkpoint_alignment` need none: any positive int32 is safe (a block larger than
-/// every sequence gathers from column 0; the capture size only lowers D; a gather window
-/// wider than the block table is rejected at build time; a chunk larger than every prefill
-/// gives one chunk per sequence).
+/// the memory a builder allocates. At the bounds (k = 32, FULL graphs; host target, measured
+/// from the capacity formulas' allocations) a GDN or KDA builder holds ~430 MiB with one
+/// KV-cache group (~290 MiB of batch-level buffers, ~90 MiB of buffers per group, ~50 MiB
+/// of plans and step arena), PLE ShortConv ~350 MiB, the other kinds at most ~100 MiB, except
+/// Mamba2 with chunk_size = 1 (one SSD chunk per token, 2^24 of them): ~600 MiB, its chunk
+/// arrays held by both plans, the step arena and the buffers; on the CUDA target its
+/// ~130 MiB step arena is also pinned once per staging and capture slot (~1.5 GiB with the
+/// default 4 + 8). `block_size`, `max_cudagraph_capture_size`, `num_speculative_blocks`,
+/// `chunk_size` and `prefill_checkpoint_alignment` need no bound: any positive int32 is safe
+/// (a block larger than every sequence gathers from column 0; the capture size only lowers
+/// D; a gather window wider than the block table is rejected at build time; a chunk larger
+/// than every prefill gives one chunk per sequence; a small chunk only costs memory).
 inline constexpr int32_t kMaxNumSpec = 32;
 inline constexpr int32_t kMaxNumSeqs = 16384;
 inline constexpr int32_t kMaxNumBatchedTokens = 1 << 24;
@@ -43,7 +48,15 @@ enum class Profile : int32_t { Seed, Vllm034 };
 /// KDA: FlashKda exports prefill checkpoints, FlashInfer gets its own prefill
 /// query_start_loc and sequence order. The Mamba family has none (Triton).
 enum class PrefillBackend : int32_t { Triton, FlashInfer, FlashKda };
-/// The metadata builders, each vLLM's class of that name:
+/// vLLM's builder class hierarchies, which share rules within a family.
+enum class BuilderFamily : int32_t {
+  Gdn,     ///< gdn_attn.py's GDN builder and its Kimi-K3 subclass (spec decoding of their own)
+  Mamba,   ///< the builders on mamba_attn.py's BaseMambaAttentionMetadataBuilder
+  Linear,  ///< linear_attn.py's builders (no causal-conv1d metadata)
+};
+
+/// The one list of builder kinds, X(Enumerator, "name", family), each vLLM's class of that
+/// name:
 ///  Gdn        GDNAttentionMetadataBuilder            (Qwen3-Next, Qwen3.5, GLM-5-Next ...)
 ///  Kda        KimiK3KDAMetadataBuilder               (Kimi-K3)
 ///  Mamba2     Mamba2AttentionMetadataBuilder         (Nemotron-H, Granite 4.0, Falcon-H1,
@@ -53,30 +66,51 @@ enum class PrefillBackend : int32_t { Triton, FlashInfer, FlashKda };
 ///  Linear     LinearAttentionMetadataBuilder         (MiniMax-Text-01 / M1)
 ///  BailingLinear  BailingLinearAttentionMetadataBuilder  (Bailing / Ling hybrids)
 ///  PleShortConv   PleShortConvAttentionMetadataBuilder   (LFM2's PLE variant)
-enum class BuilderKind : int32_t {
-  Gdn,
-  Kda,
-  Mamba2,
-  Mamba1,
-  ShortConv,
-  Linear,
-  BailingLinear,
-  PleShortConv
-};
-inline constexpr int32_t kNumBuilderKinds = 8;
+/// It generates BuilderKind, kNumBuilderKinds, the family predicates below,
+/// names::kBuilderKinds (the name case files, the bench and Python use), the
+/// <Enumerator>MetadataBuilder aliases (builder.hpp) and the kind table of the library
+/// (each kind's rules are the row k<Enumerator>Rules in its file under src/kinds/:
+/// docs/ARCHITECTURE.md, "Adding a builder kind").
+#define LINMETA_BUILDER_KINDS(X)             \
+  X(Gdn, "gdn", Gdn)                         \
+  X(Kda, "kda", Gdn)                         \
+  X(Mamba2, "mamba2", Mamba)                 \
+  X(Mamba1, "mamba1", Mamba)                 \
+  X(ShortConv, "short_conv", Mamba)          \
+  X(Linear, "linear", Linear)                \
+  X(BailingLinear, "bailing_linear", Linear) \
+  X(PleShortConv, "ple_short_conv", Mamba)
 
+enum class BuilderKind : int32_t {
+#define LINMETA_KIND_ENUMERATOR(K, name, family) K,
+  LINMETA_BUILDER_KINDS(LINMETA_KIND_ENUMERATOR)
+#undef LINMETA_KIND_ENUMERATOR
+};
+#define LINMETA_KIND_ONE(K, name, family) +1
+inline constexpr int32_t kNumBuilderKinds = 0 LINMETA_BUILDER_KINDS(LINMETA_KIND_ONE);
+#undef LINMETA_KIND_ONE
+
+/// Whether `k` is a kind of `family` (false for a value that is no kind).
+[[nodiscard]] constexpr bool in_family(BuilderKind k, BuilderFamily family) {
+  constexpr BuilderFamily kFamilies[] = {
+#define LINMETA_KIND_FAMILY(K, name, family) BuilderFamily::family,
+      LINMETA_BUILDER_KINDS(LINMETA_KIND_FAMILY)
+#undef LINMETA_KIND_FAMILY
+  };
+  const auto i = static_cast<int32_t>(k);
+  return i >= 0 && i < kNumBuilderKinds && kFamilies[i] == family;
+}
 /// GDN and KDA: the speculative-decoding builders of gdn_attn.py and its Kimi-K3 subclass.
 [[nodiscard]] constexpr bool is_gdn_family(BuilderKind k) {
-  return k == BuilderKind::Gdn || k == BuilderKind::Kda;
+  return in_family(k, BuilderFamily::Gdn);
 }
 /// The builders on vLLM's BaseMambaAttentionMetadataBuilder (mamba_attn.py).
 [[nodiscard]] constexpr bool is_mamba_base(BuilderKind k) {
-  return k == BuilderKind::Mamba2 || k == BuilderKind::Mamba1 || k == BuilderKind::ShortConv ||
-         k == BuilderKind::PleShortConv;
+  return in_family(k, BuilderFamily::Mamba);
 }
 /// The linear-attention builders of linear_attn.py (no causal-conv1d metadata).
 [[nodiscard]] constexpr bool is_linear_attention(BuilderKind k) {
-  return k == BuilderKind::Linear || k == BuilderKind::BailingLinear;
+  return in_family(k, BuilderFamily::Linear);
 }
 
 /// Where the builder runs and where its arrays live.

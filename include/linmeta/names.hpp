@@ -20,17 +20,13 @@ inline constexpr std::array<std::pair<CacheMode, std::string_view>, 3> kCacheMod
     {CacheMode::Align, "align"},
 }};
 
-/// The builder kinds as case files (`"builder"`), the bench and Python name them.
+/// The builder kinds as case files (`"builder"`), the bench and Python name them
+/// (LINMETA_BUILDER_KINDS, config.hpp).
 inline constexpr std::array<std::pair<BuilderKind, std::string_view>, kNumBuilderKinds>
     kBuilderKinds{{
-        {BuilderKind::Gdn, "gdn"},
-        {BuilderKind::Kda, "kda"},
-        {BuilderKind::Mamba2, "mamba2"},
-        {BuilderKind::Mamba1, "mamba1"},
-        {BuilderKind::ShortConv, "short_conv"},
-        {BuilderKind::Linear, "linear"},
-        {BuilderKind::BailingLinear, "bailing_linear"},
-        {BuilderKind::PleShortConv, "ple_short_conv"},
+#define LINMETA_KIND_NAME(K, name, family) {BuilderKind::K, name},
+        LINMETA_BUILDER_KINDS(LINMETA_KIND_NAME)
+#undef LINMETA_KIND_NAME
     }};
 
 /// `Config::profile` as case files (`config.profile`) and Python (`profile=`) spell it.

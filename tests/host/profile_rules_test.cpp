@@ -172,18 +172,18 @@ TEST(ProfileRules, K5K6TokenStartsAndFlashInferOrder) {
   detail::PlanStorage storage(c, BuilderKind::Kda);
   detail::StepPlan p(storage);
   detail::plan_step(c, BuilderKind::Kda, step, false, {&table, 1}, p);
-  EXPECT_EQ(p.spec_token_start, 0);
-  EXPECT_EQ(p.non_spec_token_start, 4);
-  ASSERT_TRUE(p.fi_prefill_qsl);
+  EXPECT_EQ(p.gdn.spec_token_start, 0);
+  EXPECT_EQ(p.gdn.non_spec_token_start, 4);
+  ASSERT_TRUE(p.gdn.fi_prefill_qsl);
   EXPECT_EQ(Ints(p.ns_qsl.v.begin(), p.ns_qsl.v.begin() + 3), (Ints{0, 1, 4}));
-  ASSERT_TRUE(p.fi_seq_order);
-  EXPECT_EQ(Ints(p.fi_order.begin(), p.fi_order.begin() + 2), (Ints{1, 0}));
+  ASSERT_TRUE(p.gdn.fi_seq_order);
+  EXPECT_EQ(Ints(p.gdn.fi_order.begin(), p.gdn.fi_order.begin() + 2), (Ints{1, 0}));
   c.profile = Profile::Seed;
   c.prefill_backend = PrefillBackend::FlashKda;
   p = detail::StepPlan(storage);
   detail::plan_step(c, BuilderKind::Kda, step, false, {&table, 1}, p);
-  EXPECT_EQ(p.spec_token_start, -1);
-  EXPECT_FALSE(p.fi_prefill_qsl);
+  EXPECT_EQ(p.gdn.spec_token_start, -1);
+  EXPECT_FALSE(p.gdn.fi_prefill_qsl);
 }
 
 }  // namespace

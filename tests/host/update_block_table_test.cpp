@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "case_file.hpp"
 #include "host_configs.hpp"
@@ -44,6 +45,22 @@ TEST(UpdateBlockTable, Rejections) {
                  "metadata of another step");
     snap.expect_unchanged("update_block_table");
   }
+}
+
+// A rejected table of group g names group g (it named group 0 whatever the group).
+TEST(UpdateBlockTable, RejectionsNameTheGroup) {
+  const testing::Base base = testing::kda_mixed();
+  MetadataBuilder b(base.kind, base.config, testing::host_options(3));
+  const std::vector<BlockTable> tables(3, base.step.block_table());
+  const Metadata good = b.build_groups(base.step.step(), tables)[2];
+  BlockTable null_table = base.step.block_table();
+  null_table.data = nullptr;
+  expect_error([&] { b.update_block_table(good, null_table, 2); },
+               {"block_table of group 2 is null"}, "null table");
+  HostStep narrow = base.step;
+  narrow.iota_table(3, 8, 700);
+  expect_error([&] { b.update_block_table(good, narrow.block_table(), 2); },
+               {"block_table of group 2 is too narrow"}, "narrow table");
 }
 
 TEST(UpdateBlockTable, AfterARejectedBuildStillUsesTheLastGoodStep) {

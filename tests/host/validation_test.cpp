@@ -193,6 +193,28 @@ TEST(StepValidation, DraftCountsAboveNumSpecAreRejected) {
   }
 }
 
+// M2 with speculative decoding off: the drafts are read (a prompt tail padded with
+// placeholder drafts, ql == drafts + 1) but not range-checked, so that drafts + 1 of
+// INT32_MAX overflowed in int32 (UB: the asan preset's UBSan stops there). The row is a
+// prefill, as with no drafts.
+TEST(StepValidation, MambaDraftCountOfIntMaxWithSpecOffIsDefined) {
+  Config c;
+  c.profile = Profile::Vllm034;
+  c.max_num_batched_tokens = 1024;
+  for (BuilderKind kind : {BuilderKind::Mamba2, BuilderKind::ShortConv}) {
+    SCOPED_TRACE(std::string(names::builder_kind_name(kind)));
+    c.chunk_size = kind == BuilderKind::Mamba2 ? 64 : 0;
+    MetadataBuilder b(kind, c, testing::host_options());
+    HostStep s;
+    s.lens({1, 2}).seq({5, 10}).prefilling({0, 1}).iota_table(2);
+    const auto without = cases::to_json(b.build(s.step()), kind);
+    s.draft_counts({-1, INT_MAX});
+    const Metadata& m = b.build(s.step());
+    EXPECT_EQ(m.num_prefills, 1);
+    EXPECT_EQ(cases::to_json(m, kind), without);
+  }
+}
+
 TEST(StepValidation, NegativeSeqLensUpperBound) {
   for (const Base& base : all_bases())
     expect_rejected(base,

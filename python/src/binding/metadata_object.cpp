@@ -97,8 +97,7 @@ void PyMetadata::bind(nb::module_& m) {
       .def_prop_ro(
           "kind",
           [](const PyMetadata& s) { return std::string(names::builder_kind_name(s.kind())); },
-          "The builder kind (gdn, kda, mamba2, mamba1, short_conv, linear, bailing_linear, "
-          "ple_short_conv).")
+          "The builder kind (one of linmeta.BUILDER_KINDS).")
       .def_prop_ro(
           "step_id", [](const PyMetadata& s) { return s.metadata().step_id; },
           "Which build made this metadata (update_block_table takes only the last one's).")

@@ -262,8 +262,8 @@ NB_MODULE(_linmeta, m) {
 
   nb::class_<PyBuilder> cls(
       m, "MetadataBuilder", nb::is_weak_referenceable(),
-      "A metadata builder of one kind (linmeta.BUILDER_KINDS: vLLM's GDN, Kimi-K3 KDA, Mamba2, "
-      "Mamba1, ShortConv and linear-attention builders). MetadataBuilder(kind, **config): the "
+      "A metadata builder of one kind (one of linmeta.BUILDER_KINDS, each vLLM's metadata "
+      "builder of that name). MetadataBuilder(kind, **config): the "
       "Config fields as keywords (docs/python.md), plus target ('host' or 'cuda'), num_groups "
       "(KV-cache groups), array_type of the outputs ('dlpack', 'torch', or 'numpy' on the host "
       "target), staging_slots, capture_slots, programmatic_dependent_launch. It owns the "

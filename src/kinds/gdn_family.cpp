@@ -1,20 +1,28 @@
 // SPEC §4–8: classification of a GDN or KDA step into decode / spec-decode / prefill rows.
-// The GDN and KDA rules differ only where a `kda()` test says so; the vllm-0.34 profile
+// The GDN and KDA rules differ only where a `kda(x)` test says so; the vllm-0.34 profile
 // differs from the seed only where a `v034()` test says so, each such branch named by its
 // rule in docs/semantics.md (R1..R5 GDN, K1..K6 KDA; R6 is not modelled, K7 answers in both
 // profiles).
+#include "gdn_family.hpp"
+
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
 
-#include "checkpoint_rule.hpp"
-#include "cumsum.hpp"
-#include "plan_context.hpp"
-#include "split.hpp"
+#include "../checkpoint_rule.hpp"
+#include "../cumsum.hpp"
+#include "../plan_context.hpp"
+#include "../split.hpp"
+#include "../validate.hpp"
 
 namespace linmeta::detail {
 
 namespace {
+
+/// Where KDA's rules differ from GDN's.
+bool kda(const Ctx& x) { return x.kind == BuilderKind::Kda; }
 
 // vLLM's split_decodes_and_prefills default, used by the KDA no-spec path.
 constexpr bool kKdaTreatShortExtendsAsDecodes = true;
@@ -22,7 +30,7 @@ constexpr bool kKdaTreatShortExtendsAsDecodes = true;
 int32_t detect_spec(Ctx& x) {
   StepPlan& p = x.p;
   if (x.c.num_spec == 0 || x.drafts == nullptr) return 0;
-  const bool recover = x.kda() && x.c.use_recoverssm;
+  const bool recover = kda(x) && x.c.use_recoverssm;
   if (recover) require_is_prefilling(x.s, "by KDA RecoverSSM spec detection");
   int32_t count = 0, drafted = 0;  // drafted: some spec row carries a draft
   const int32_t* d = x.drafts;
@@ -56,7 +64,7 @@ void plan_no_spec(Ctx& x) {
   const std::span<const int32_t> qsl(p.qsl.data(), n + 1);
   Split sp;
   // K3 (vllm-0.34): KDA takes GDN's fresh-prompt split and padding drop below.
-  if (x.kda() && !x.v034()) {
+  if (kda(x) && !x.v034()) {
     sp = split_decodes_and_prefills(qsl, p.num_actual_tokens, 1, kKdaTreatShortExtendsAsDecodes,
                                     [&](int32_t r) { return x.prefilling[r]; });
   } else {
@@ -170,8 +178,8 @@ void plan_token_starts(Ctx& x) {
   }
   if (switches != 1) return;
   const int32_t ns_tokens = p.num_prefill_tokens + p.num_decode_tokens;
-  p.spec_token_start = first == 1 ? 0 : ns_tokens;
-  p.non_spec_token_start = first == 1 ? p.num_spec_decode_tokens : 0;
+  p.gdn.spec_token_start = first == 1 ? 0 : ns_tokens;
+  p.gdn.non_spec_token_start = first == 1 ? p.num_spec_decode_tokens : 0;
 }
 
 void plan_spec(Ctx& x) {
@@ -182,7 +190,7 @@ void plan_spec(Ctx& x) {
 
   // Row statistics in one vectorisable pass (GDN keeps zero-length padding as
   // non-spec rows, KDA drops it); row lists are written only when they are needed.
-  const RowStats st = row_stats(p, x.prefilling, !x.kda());
+  const RowStats st = row_stats(p, x.prefilling, !kda(x));
   const int32_t sp = st.spec, ns = st.non_spec;
   const int32_t ns_tokens = st.ns_tokens;
   const int32_t ones = st.ones, zeros = st.zeros;
@@ -192,7 +200,7 @@ void plan_spec(Ctx& x) {
       if (p.mask[r]) check_spec_row_length(x.c, x.kind, r, p.ql(r));
   p.num_spec_decodes = sp;
 
-  if (x.kda()) {
+  if (kda(x)) {
     // Packed decode only when every active non-spec row is a true one-token decode.
     if (ns > 0) require_is_prefilling(x.s, "by the KDA spec path with non-spec rows");
     if (any_prefilling || any_not_one) {
@@ -213,10 +221,10 @@ void plan_spec(Ctx& x) {
       p.num_prefill_tokens += p.num_decode_tokens;
       p.num_decodes = p.num_decode_tokens = 0;
     }
-    p.mask_output = true;
-    for (int32_t r = 0; r < n; ++r) p.mask_host[r] = static_cast<uint8_t>(p.mask[r]);
+    p.gdn.mask_output = true;
+    for (int32_t r = 0; r < n; ++r) p.gdn.mask_host[r] = static_cast<uint8_t>(p.mask[r]);
     // The common length of every spec row, if positive.
-    p.uniform_spec_len = st.shortest == st.longest && st.shortest > 0 ? st.shortest : -1;
+    p.gdn.uniform_spec_len = st.shortest == st.longest && st.shortest > 0 ? st.shortest : -1;
   }
   p.num_spec_decode_tokens = p.total_tokens - p.num_prefill_tokens - p.num_decode_tokens;
 
@@ -229,9 +237,9 @@ void plan_spec(Ctx& x) {
     // KDA takes the first N rows; GDN the masked rows, which are those unless a
     // zero-length row precedes a spec row. R2 (vllm-0.34): GDN takes the first N rows too.
     p.sp_rows.n = sp;
-    p.sp_rows.identity = x.kda() || x.v034() || st.spec_prefix == sp;
-    if (!p.sp_rows.identity) fill_row_lists(p, !x.kda());
-    if (!x.kda()) {
+    p.sp_rows.identity = kda(x) || x.v034() || st.spec_prefix == sp;
+    if (!p.sp_rows.identity) fill_row_lists(p, !kda(x));
+    if (!kda(x)) {
       p.tokens = StepPlan::Tokens::Arange;
       p.arange_len = std::min(sp * S, p.total_tokens);
     }
@@ -240,13 +248,13 @@ void plan_spec(Ctx& x) {
   p.path = Path::Mixed;
   p.tokens = StepPlan::Tokens::Partition;
   p.ns_state = true;
-  fill_row_lists(p, !x.kda());
+  fill_row_lists(p, !kda(x));
   fill_cumsum(p, p.sp_rows, p.sp_qsl);
   fill_cumsum(p, p.ns_rows, p.ns_qsl);
   // KDA packed decode consumes one row per request: no non-spec cumsum output.
-  p.ns_qsl_output = !x.kda() || p.num_prefills > 0;
-  p.request_indices = x.kda() && x.c.use_recoverssm;
-  if (x.kda() && x.v034()) plan_token_starts(x);
+  p.ns_qsl_output = !kda(x) || p.num_prefills > 0;
+  p.gdn.request_indices = kda(x) && x.c.use_recoverssm;
+  if (kda(x) && x.v034()) plan_token_starts(x);
 }
 
 const int32_t* cumsum_data(const StepPlan& p, const Cumsum& c) {
@@ -258,25 +266,26 @@ void plan_prefill(Ctx& x) {
   if (p.num_prefills == 0) return;
   p.has_initial_state = true;
   plan_conv1d(p, cumsum_data(p, p.ns_qsl), p.ns_qsl.n);
-  if (x.kda()) return;
-  p.prefill_fields = true;
+  if (kda(x)) return;
+  p.gdn.prefill_fields = true;
   if (p.path == Path::NoSpec && p.num_decodes > 0) {
-    p.peel_rows = p.num_decodes;
-    p.peel_tokens = p.num_decode_tokens;
+    p.gdn.peel_rows = p.num_decodes;
+    p.gdn.peel_tokens = p.num_decode_tokens;
   }
   // R4 (vllm-0.34): FlashInfer's chunk kernel takes cu_seqlens; no FLA chunk metadata.
   const bool chunks =
       x.v034() ? x.c.prefill_backend != PrefillBackend::FlashInfer : x.c.chunk_metadata;
   if (chunks) {
-    p.chunks = true;
-    p.chunk_seqs = p.ns_qsl.n - p.peel_rows;
-    ceil_cumsum(cumsum_data(p, p.ns_qsl) + p.peel_rows, p.chunk_seqs, kFlaChunkSize,
-                p.chunk_offsets.data());
+    p.gdn.chunks = true;
+    p.gdn.chunk_seqs = p.ns_qsl.n - p.gdn.peel_rows;
+    ceil_cumsum(cumsum_data(p, p.ns_qsl) + p.gdn.peel_rows, p.gdn.chunk_seqs, kFlaChunkSize,
+                p.gdn.chunk_offsets.data());
     int32_t k = 0;
-    for (int32_t i = 0; i < p.chunk_seqs; ++i)
-      if (p.chunk_offsets[i + 1] > p.chunk_offsets[i]) p.chunk_starts[k++] = p.chunk_offsets[i];
-    p.chunk_starts[k] = p.chunk_offsets[p.chunk_seqs];
-    p.chunk_nonempty = k;
+    for (int32_t i = 0; i < p.gdn.chunk_seqs; ++i)
+      if (p.gdn.chunk_offsets[i + 1] > p.gdn.chunk_offsets[i])
+        p.gdn.chunk_starts[k++] = p.gdn.chunk_offsets[i];
+    p.gdn.chunk_starts[k] = p.gdn.chunk_offsets[p.gdn.chunk_seqs];
+    p.gdn.chunk_nonempty = k;
   }
 }
 
@@ -286,20 +295,21 @@ void plan_prefill(Ctx& x) {
 void plan_flashinfer_checkpoints(Ctx& x) {
   StepPlan& p = x.p;
   const int32_t rows = p.ns_rows.n;
-  const int32_t prefill_rows = p.ns_qsl.n - p.peel_rows;
+  const int32_t prefill_rows = p.ns_qsl.n - p.gdn.peel_rows;
   int32_t every = 0;
   for (int32_t i = 0; i < rows; ++i) every = std::gcd(every, p.checkpoint.offsets[i]);
-  p.fi_every_n = every;
-  p.fi_cu_starts[0] = 0;
+  p.gdn.fi_every_n = every;
+  p.gdn.fi_cu_starts[0] = 0;
   const int32_t first = rows - prefill_rows;
   for (int32_t i = 0; i < prefill_rows; ++i)
-    p.fi_cu_starts[i + 1] = p.fi_cu_starts[i] + p.ql(p.ns_rows[first + i]) / every;
-  p.fi_prefill_rows = prefill_rows;
+    p.gdn.fi_cu_starts[i + 1] = p.gdn.fi_cu_starts[i] + p.ql(p.ns_rows[first + i]) / every;
+  p.gdn.fi_prefill_rows = prefill_rows;
   for (int32_t i = 0; i < rows; ++i) {
     const int32_t offset = p.checkpoint.offsets[i];
-    p.fi_rows[i] = i >= first && offset > 0 ? p.fi_cu_starts[i - first] + offset / every - 1 : 0;
+    p.gdn.fi_rows[i] =
+        i >= first && offset > 0 ? p.gdn.fi_cu_starts[i - first] + offset / every - 1 : 0;
   }
-  p.fi_checkpoint_plan = true;
+  p.gdn.fi_checkpoint_plan = true;
 }
 
 /// K6 (vllm-0.34, KDA + FlashInfer prefill): the non-spec query_start_loc as int64, and
@@ -307,17 +317,17 @@ void plan_flashinfer_checkpoints(Ctx& x) {
 /// without stability (ties in no defined order); linmeta breaks ties by row.
 void plan_flashinfer_prefill(Ctx& x) {
   StepPlan& p = x.p;
-  if (!x.kda() || x.c.prefill_backend != PrefillBackend::FlashInfer || p.num_prefills == 0) return;
-  p.fi_prefill_qsl = true;
+  if (!kda(x) || x.c.prefill_backend != PrefillBackend::FlashInfer || p.num_prefills == 0) return;
+  p.gdn.fi_prefill_qsl = true;
   const int32_t n = p.ns_qsl.n;
   const int32_t* cu = cumsum_data(p, p.ns_qsl);
   if (p.num_prefill_tokens + p.num_decode_tokens <= n) return;
-  for (int32_t i = 0; i < n; ++i) p.fi_order[i] = i;
-  std::sort(p.fi_order.begin(), p.fi_order.begin() + n, [cu](int32_t a, int32_t b) {
+  for (int32_t i = 0; i < n; ++i) p.gdn.fi_order[i] = i;
+  std::sort(p.gdn.fi_order.begin(), p.gdn.fi_order.begin() + n, [cu](int32_t a, int32_t b) {
     const int32_t la = cu[a + 1] - cu[a], lb = cu[b + 1] - cu[b];
     return la != lb ? la > lb : a < b;
   });
-  p.fi_seq_order = true;
+  p.gdn.fi_seq_order = true;
 }
 
 void plan_staging(Ctx& x) {
@@ -326,7 +336,7 @@ void plan_staging(Ctx& x) {
   const int32_t D = x.cap.graph_bs;
   if (p.path == Path::PureSpec) {
     const bool rows_fit =
-        x.kda() ? p.num_reqs <= (x.c.use_recoverssm ? x.cap.rows : D) : p.num_spec_decodes <= D;
+        kda(x) ? p.num_reqs <= (x.c.use_recoverssm ? x.cap.rows : D) : p.num_spec_decodes <= D;
     p.stage_spec = rows_fit && p.num_spec_decode_tokens <= D;
     // The persistent [D, S] buffer takes whole spec rows: unaligned tables need S columns.
     if (p.stage_spec && x.c.mamba_cache_mode != CacheMode::Align)
@@ -346,19 +356,29 @@ void plan_gdn_family(Ctx& x) {
     plan_spec(x);
   plan_prefill(x);
   // R5 / K4: prefill checkpoints over the non-spec rows (KDA; GDN in vllm-0.34).
-  if (x.kda() || x.v034()) {
+  if (kda(x) || x.v034()) {
     p.checkpoint.rows = p.ns_rows;
     plan_checkpoints(x);
-    if (p.checkpoint.present && !x.kda() && x.c.prefill_backend == PrefillBackend::FlashInfer &&
+    if (p.checkpoint.present && !kda(x) && x.c.prefill_backend == PrefillBackend::FlashInfer &&
         checkpoint_alignment(x.c, x.kind) % kFlashInferCheckpointAlign == 0)
       plan_flashinfer_checkpoints(x);
   }
   plan_flashinfer_prefill(x);
-  if (x.kda()) {
-    p.recoverssm_commit = x.c.use_recoverssm && p.num_spec_decodes > 0;
-    p.commit_align = p.recoverssm_commit && x.c.mamba_cache_mode == CacheMode::Align;
+  if (kda(x)) {
+    p.gdn.recoverssm_commit = x.c.use_recoverssm && p.num_spec_decodes > 0;
+    p.gdn.commit_align = p.gdn.recoverssm_commit && x.c.mamba_cache_mode == CacheMode::Align;
   }
   plan_staging(x);
+}
+
+void check_gdn_capture(const Config& c, BuilderKind kind, const Step& s) {
+  const int32_t n = s.num_reqs;
+  const int32_t d = c.decode_cudagraph_max_bs(kind);
+  if (n > d || s.num_actual_tokens > d)
+    reject(fmt::format(
+        "capture build supports decode-only FULL graphs: num_reqs = {} and num_actual_tokens = "
+        "{} must both be <= decode_cudagraph_max_bs = {}",
+        n, s.num_actual_tokens, d));
 }
 
 }  // namespace linmeta::detail
