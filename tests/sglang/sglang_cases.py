@@ -18,6 +18,7 @@ import time
 
 import sglang_world as sw  # first: environment, parallel override, CPU predicates
 import sglang_steps
+import numpy as np
 import torch
 from sglang.srt.model_executor.forward_batch_info import (
     CaptureHiddenMode,
@@ -150,6 +151,14 @@ def run_entry(step: dict, world: sw.World, fb: ForwardBatch):
         b.init_forward_metadata_out_graph(fb, in_capture=True)
     elif mode == "replay":
         b.init_forward_metadata_out_graph(fb)
+    elif mode == "prefill_graph":
+        # The bucket's tables are allocated (and filled) from a batch of the bucket's
+        # token count, then refreshed from the step's batch, as a graph replay does.
+        real_tokens = fb.extend_num_tokens
+        fb.extend_num_tokens = step["bucket_tokens"]
+        meta = b.init_prefill_graph_metadata(fb)
+        fb.extend_num_tokens = real_tokens
+        b.refresh_prefill_graph_metadata(meta, fb)
     elif mode == "cpu_capture":
         b.init_forward_metadata_capture_cpu_graph(
             fb.batch_size, fb.input_ids.shape[0], fb.req_pool_indices, fb.seq_lens,
@@ -172,6 +181,9 @@ def enc(value):
         return value
     if isinstance(value, torch.Tensor):
         return {"dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
+                "data": value.reshape(-1).tolist()}
+    if isinstance(value, np.ndarray):
+        return {"dtype": str(value.dtype), "shape": list(value.shape),
                 "data": value.reshape(-1).tolist()}
     if isinstance(value, torch.dtype):
         return str(value).removeprefix("torch.")
@@ -226,8 +238,16 @@ def _aliases(fields: dict, buffers: dict) -> dict:
 def outputs(step: dict, world: sw.World, fb: ForwardBatch) -> dict:
     """Every field of every object the entry produced or changed."""
     b = world.backend
+    if step["mode"] == "prefill_graph":  # forward_metadata is not this entry's
+        return {"backend": {"prefill_graph_metadata": enc(b.prefill_graph_metadata)},
+                "forward_batch": {"req_pool_indices": enc(fb.req_pool_indices),
+                                  "mamba_track_indices": enc(fb.mamba_track_indices)}}
     md = b.forward_metadata
     out = {"forward_metadata": enc(md)}
+    if graph_kind(step) == "none" and md.retrieve_parent_token is not None:
+        # Eager tree verify: torch.empty_like(retrieve_next_token), filled by the verify
+        # kernel later; only its shape and dtype are defined here.
+        out["forward_metadata"]["fields"]["retrieve_parent_token"]["data"] = None
     tensors = {f.name: getattr(md, f.name) for f in dataclasses.fields(md)}
     mixed = getattr(md, "mixed_metadata", None)
     if mixed is not None:

@@ -47,7 +47,9 @@ MODES = (
 BACKEND_MODES = {
     "mamba2": MODES,
     "gdn": MODES,
-    "kda": MODES,
+    # prefill_graph: KDA's breakable prefill-graph tables (init_prefill_graph_metadata on
+    # a bucket of bucket_tokens tokens, then refresh_prefill_graph_metadata with the step).
+    "kda": MODES + ("prefill_graph",),
     "short_conv": MODES,
     # seg_la verifies a draft tree as a chain: the backend refuses topk > 1.
     "lightning": MODES,
@@ -151,6 +153,12 @@ def make_step(backend: str, mode: str, rng: random.Random) -> dict:
     if mode == "extend":
         rows = [(_prefix_len(rng, cfg["chunk_size"]), _extend_len(rng, cfg["chunk_size"]))
                 for _ in range(real)]
+    elif mode == "prefill_graph":
+        rows = [(_prefix_len(rng, cfg["chunk_size"]), _extend_len(rng, cfg["chunk_size"]))
+                for _ in range(min(real, 24))]
+        real = bs = len(rows)
+        reqs, slots = reqs[:real], slots[:real]
+        step["forward_mode"] = "EXTEND"
     elif mode == "mixed":
         prefills = rng.randint(1, min(4, real))
         rows = [(_prefix_len(rng, cfg["chunk_size"]), _extend_len(rng, cfg["chunk_size"]))
@@ -169,7 +177,10 @@ def make_step(backend: str, mode: str, rng: random.Random) -> dict:
     step["req_pool_indices"] = reqs + [0] * pad
     step["mamba_slots"] = slots  # written into req_index_to_mamba_index_mapping[reqs]
     step["seq_lens"] = [p + e for p, e in rows] + [1] * pad
-    if mode in ("extend", "mixed", "draft_extend", "dp_decode"):
+    if mode == "prefill_graph":
+        total = sum(e for _, e in rows)
+        step["bucket_tokens"] = total + rng.choice([0, 0, rng.randint(1, 512)])
+    if mode in ("extend", "mixed", "draft_extend", "dp_decode", "prefill_graph"):
         step["extend_prefix_lens"] = [p for p, _ in rows]
         step["extend_seq_lens"] = [e for _, e in rows]
     if mode == "dp_decode":

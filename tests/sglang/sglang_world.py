@@ -11,7 +11,8 @@ Everything that runs per step is SGLang's code; the stand-ins are outside the ba
 * ``ForwardBatch`` objects built by hand (sglang_steps.py);
 * two CPU predicates: GDN's ``conv_block_table`` is built only when ``is_cuda()`` (pure host
   code; the GDN module's ``is_cuda`` is replaced so it is built), and ``pin_memory`` is
-  answered False (no CUDA). The graph-replay state indices take SGLang's plain-torch
+  answered False (no CUDA); ``Tensor.pin_memory()`` returns the tensor itself (KDA's
+  prefill-graph tables pin their host staging buffer). The graph-replay state indices take SGLang's plain-torch
   reference path on CPU by itself (``_fused_state_indices_ok`` is False off CUDA).
 
 Import this module first: it sets ``CUDA_VISIBLE_DEVICES=""`` and the parallel override
@@ -79,6 +80,9 @@ gdn_backend.is_cuda = lambda: True
 # No CUDA: pinned host memory is unavailable (SGLang asks through this predicate).
 hlab.is_pin_memory_available = lambda *a, **k: False
 gdn_backend.is_pin_memory_available = lambda *a, **k: False
+# KDA's prefill-graph tables stage through torch.from_numpy(host).pin_memory(), which
+# needs CUDA; the staging buffer's values are what matter.
+torch.Tensor.pin_memory = lambda self, *a, **k: self
 
 BACKENDS = {
     "mamba2": hlab.Mamba2AttnBackend,
