@@ -28,6 +28,9 @@ from sglang.srt.model_executor.forward_batch_info import (
 from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
 FORMAT = "sglang-case/1"
+# Graph buffers are filled with this before a graph entry runs: an element still holding it
+# afterwards is one SGLang's entry did not write (it keeps what an earlier step left there).
+UNWRITTEN = -7777
 
 _WORLDS: dict = {}
 _ACTIVE = [None]
@@ -201,6 +204,12 @@ def enc(value):
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 
+def _mark_unwritten(world: sw.World, bs: int) -> None:
+    for name, buf in _static_buffers(world, bs).items():
+        if not name.startswith("cached_"):  # constants made once by init_*_graph_state
+            buf.fill_(UNWRITTEN)
+
+
 def _static_buffers(world: sw.World, bs: int) -> dict:
     """The backend's graph buffers of batch size bs, by name (for the aliases map)."""
     b = world.backend
@@ -301,6 +310,8 @@ def run_step(step: dict, fresh: bool = False) -> dict:
                                          "graph_max_bs": sglang_steps.GRAPH_MAX_BS},
         "input": step_inputs(step),
     }
+    if graph_kind(step) != "none":
+        _mark_unwritten(world, fb.batch_size)
     try:
         run_entry(step, world, fb)
     except Exception as e:  # noqa: BLE001 - a raise is SGLang's answer for this step
