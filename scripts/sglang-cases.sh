@@ -9,7 +9,7 @@
 #
 # --steps N    steps per backend and mode (default 2000); the modes are those of
 #              tests/sglang/sglang_steps.py (decode extend mixed verify draft_extend
-#              dp_decode replay capture cpu_capture)
+#              dp_decode replay capture cpu_capture, and KDA's prefill_graph)
 # --every N    the fresh-objects check reruns every N-th case (default 100)
 # --keep DIR   keeps the case files (DIR/BACKEND-SEED.jsonl)
 # --make-data  rewrites tests/data/sglang0523_BACKEND.jsonl, a small sample of each mode
@@ -36,11 +36,11 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 if [ -n "$KEEP" ]; then mkdir -p "$KEEP" && KEEP=$(cd "$KEEP" && pwd); fi
 cd tests/sglang
-NMODES=$("$PY" -c "import sglang_steps as s; print(len(s.MODES))")
 status=0
 for backend in $BACKENDS; do
   out="$WORK/$backend-$SEED.jsonl"
-  nice -n 10 "$PY" sglang_cases.py run --backend "$backend" --count $((STEPS * NMODES)) \
+  nmodes=$(python3 -c "import sglang_steps as s; print(len(s.BACKEND_MODES['$backend']))")
+  nice -n 10 "$PY" sglang_cases.py run --backend "$backend" --count $((STEPS * nmodes)) \
     --seed "$SEED" "$out"
   if ! nice -n 10 "$PY" sglang_cases.py check "$out" --every "$EVERY" --verbose; then status=1; fi
   if [ -n "$KEEP" ]; then cp "$out" "$KEEP/"; fi

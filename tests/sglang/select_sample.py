@@ -1,9 +1,10 @@
 """Picks a small public sample of SGLang cases (tests/data/sglang0523_*.jsonl): for every
 kind of step in CASES (mode, forward mode, engine configuration, tracking off / with host
 lists / device only, padded rows or not), the shortest case with one row and the shortest
-with several, up to --max-bytes in all.
+with several; the shortest of every (mode, tracking) pair first, then the others, shortest
+first, up to --max-bytes in all.
 
-    python3 select_sample.py CASES.jsonl OUT.jsonl [--max-bytes 160000]
+    python3 select_sample.py CASES.jsonl OUT.jsonl [--max-bytes 100000]
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("cases")
     ap.add_argument("out")
-    ap.add_argument("--max-bytes", type=int, default=160000)
+    ap.add_argument("--max-bytes", type=int, default=100000)
     args = ap.parse_args(argv)
     best: dict = {}
     with open(args.cases) as f:
@@ -37,8 +38,17 @@ def main(argv=None) -> int:
             if key not in best or len(line) < len(best[key]):
                 best[key] = line
     lines = sorted(best.values(), key=len)
-    out, size = [], 0
+    # First the shortest case of every (mode, tracking) pair, then the other kinds,
+    # shortest first, while they fit.
+    first: dict = {}
     for line in lines:
+        k = kind(json.loads(line))
+        first.setdefault((k[0], k[3]), line)
+    out = list(first.values())
+    size = sum(map(len, out))
+    for line in lines:
+        if line in first.values():
+            continue
         if size + len(line) > args.max_bytes:
             break
         out.append(line)
