@@ -2,7 +2,8 @@
 # Runs SGLang 0.5.23's own linear-attention metadata code (tests/sglang/, docs/sglang.md) on
 # random steps of every mode and checks the harness: every case re-reads, and every N-th
 # step run again through fresh objects (a new pool, model runner and backend) gives the
-# identical JSON. Not part of .ci/run: the venv (scripts/sglang-env.sh) is ~11 GB.
+# identical JSON. First it checks the plugin route linmeta.sglang will take
+# (tests/sglang/plugin_probe.py). Not part of .ci/run: the venv (scripts/sglang-env.sh) is ~11 GB.
 #
 #   scripts/sglang-cases.sh [--steps N] [--seed S] [--backends "mamba2 gdn ..."]
 #                           [--every N] [--keep DIR] [--make-data]
@@ -37,6 +38,8 @@ trap 'rm -rf "$WORK"' EXIT
 if [ -n "$KEEP" ]; then mkdir -p "$KEEP" && KEEP=$(cd "$KEEP" && pwd); fi
 cd tests/sglang
 status=0
+echo "== plugin route (plugin_probe.py)"
+if ! nice -n 10 "$PY" plugin_probe.py; then status=1; fi
 for backend in $BACKENDS; do
   out="$WORK/$backend-$SEED.jsonl"
   nmodes=$(python3 -c "import sglang_steps as s; print(len(s.BACKEND_MODES['$backend']))")
