@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""What SGLang 0.5.23's own linear-attention metadata path costs per step, on CPU tensors
+(the reference linmeta.sglang must beat, issue 42). Run with the SGLang venv's python
+(scripts/sglang-env.sh):
+
+    ../venv-sglang/bin/python bench/python/bench_sglang.py [--iters 30] [--backend mamba2 ...]
+                                                          [--step decode ...] [--json out.json]
+
+Per (backend, step): SGLang's backend object is built once (tests/sglang/sglang_world.py:
+the stand-ins of the harness, nothing inside SGLang's code replaced), the step's
+ForwardBatch once; then the step's entry point (``init_forward_metadata``, or
+``init_forward_metadata_out_graph`` for the replay step) is called ``--warmup`` times and
+timed ``--iters`` times one call at a time (``time.perf_counter_ns``, the timer's own cost
+subtracted); the table gives the median. One ATen thread (torch.set_num_threads(1)).
+
+Then one more call runs under a counting mode (untimed) that reports, per step:
+
+* ``ops``: ATen operators dispatched (every torch call that reaches ATen, in SGLang's code);
+* ``syncs``: the calls that would make the host wait for the device if the batch's tensors
+  were CUDA tensors, as SGLang would have them on a GPU:
+  - scalar reads of a device tensor: ``aten._local_scalar_dense`` (``.item()``, ``int(t)``,
+    ``bool(t)``, a slice bounded by a tensor, ``t[tensor_scalar]`` read) and
+    ``aten.is_nonzero``;
+  - operators whose output size depends on device data: ``nonzero``, ``masked_select``,
+    indexing / index_put with a boolean mask, ``unique``, ``repeat_interleave`` without
+    ``output_size``;
+  - device -> host copies: ``Tensor.cpu()``, ``.tolist()``, ``.numpy()`` of a device
+    tensor.
+  A tensor counts as a host tensor (no sync) when it is one of the batch's host fields
+  (``seq_lens_cpu``, the ``*_cpu`` lists), a ``.cpu()`` result, made by a factory without
+  a device argument, or computed only from host tensors; a host tensor moved with
+  ``.to(device)`` is a device tensor again. Host -> device copies are not counted.
+  ``syncs`` is the sum; the parts are in ``--json``.
+
+Steps (tests/sglang/sglang_steps.py layout; request rows and mamba slots at random, fixed
+seed):
+
+* ``decode``      B = 256 decodes (DECODE);
+* ``mixed``       4 prefills (prefix, new tokens) = (0, 512), (1024, 512), (0, 300),
+                  (2048, 200) then 252 running decodes as 1-token extends (MIXED);
+* ``track``       8 extends (prefix 0 or 1024, 300 new tokens), prefix-cache tracking on
+                  every row, with the scheduler's host lists (EXTEND);
+* ``track_dev``   the same without the host lists (device tensors only);
+* ``replay``      decode B = 256 through init_forward_metadata_out_graph (graph replay,
+                  after init_cuda_graph_state(256, 256)).
+
+Chunk sizes: Mamba2 mamba_chunk_size 128, the others 64; mamba_cache_chunk_size 256.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "..", "tests", "sglang")))
+
+import sglang_world as sw  # noqa: E402  (first: environment and stand-ins)
+import sglang_cases  # noqa: E402
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+BACKENDS = ("mamba2", "gdn", "kda", "short_conv", "lightning")
+STEPS = ("decode", "mixed", "track", "track_dev", "replay")
+POOL = 512
+
+
+def make_step(backend: str, name: str, chunk: int, cache_chunk: int) -> dict:
+    rng = random.Random(42)
+    if name in ("decode", "replay"):
+        rows = [(rng.randint(100, 3000), 1) for _ in range(256)]
+        forward_mode = "DECODE"
+    elif name == "mixed":
+        rows = [(0, 512), (1024, 512), (0, 300), (2048, 200)]
+        rows += [(1000 + i, 1) for i in range(252)]
+        forward_mode = "MIXED"
+    else:
+        rows = [(rng.choice([0, 1024]), 300) for _ in range(8)]
+        forward_mode = "EXTEND"
+    n = len(rows)
+    step = {
+        "backend": backend,
+        "mode": "replay" if name == "replay" else "bench",
+        "forward_mode": forward_mode,
+        "req_pool_indices": rng.sample(range(1, POOL), n),
+        "mamba_slots": rng.sample(range(1, POOL + 1), n),
+        "seq_lens": [p + e for p, e in rows],
+    }
+    if forward_mode != "DECODE":
+        step["extend_prefix_lens"] = [p for p, _ in rows]
+        step["extend_seq_lens"] = [e for _, e in rows]
+    if name.startswith("track"):
+        mask, seqlens = [], []
+        for p, e in rows:  # ScheduleBatch's track seqlen for these rows
+            aligned = p + (e // cache_chunk) * cache_chunk
+            seqlens.append(p + e if p + (e // chunk) * chunk == aligned else aligned + 1)
+            mask.append(True)
+        step["track"] = {"mask": mask, "indices": rng.sample(range(1, POOL + 1), n),
+                         "seqlens": seqlens, "cpu_lists": name == "track"}
+    if name == "replay":
+        step["num_padding"] = 0
+    return step
+
+
+class Counter(TorchDispatchMode):
+    """Counts ATen ops and the would-be device syncs (module docstring)."""
+
+    DATA_SHAPE = {"nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive",
+                  "_unique"}
+
+    def __init__(self, host_ids: set):
+        super().__init__()
+        self.host = host_ids
+        self.ops = 0
+        self.parts = {"scalar_reads": 0, "data_dependent_shapes": 0, "device_to_host": 0}
+
+    def is_host(self, t) -> bool:
+        return id(t) in self.host
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.ops += 1
+        name = func._overloadpacket.__name__
+        tensors = [a for a in _flat(args) + _flat(list(kwargs.values()))
+                   if isinstance(a, torch.Tensor)]
+        on_device = any(not self.is_host(t) for t in tensors)
+        if on_device:
+            if name in ("_local_scalar_dense", "is_nonzero"):
+                self.parts["scalar_reads"] += 1
+            elif name in self.DATA_SHAPE:
+                self.parts["data_dependent_shapes"] += 1
+            elif name == "repeat_interleave" and kwargs.get("output_size") is None and (
+                    len(args) < 3 or args[-1] is None):
+                self.parts["data_dependent_shapes"] += 1
+            elif name in ("index", "index_put", "index_put_") and any(
+                    isinstance(i, torch.Tensor) and i.dtype == torch.bool
+                    for i in _flat(list(args[1:2]))):
+                self.parts["data_dependent_shapes"] += 1
+        out = func(*args, **kwargs)
+        host_out = (not on_device) if tensors else kwargs.get("device") is None
+        if host_out:
+            for t in _flat([out]):
+                if isinstance(t, torch.Tensor):
+                    self.host.add(id(t))
+        return out
+
+
+def _flat(xs):
+    out = []
+    for x in xs:
+        if isinstance(x, (list, tuple)):
+            out.extend(_flat(x))
+        else:
+            out.append(x)
+    return out
+
+
+def count(world, step, fb):
+    """One call under the counter, with Tensor.cpu / tolist / numpy / to tracked."""
+    host = {id(fb.seq_lens_cpu)}
+    counter = Counter(host)
+    originals = {m: getattr(torch.Tensor, m) for m in ("cpu", "tolist", "numpy", "to")}
+
+    def d2h(method):
+        def wrapper(self, *a, **k):
+            if not counter.is_host(self):
+                counter.parts["device_to_host"] += 1
+            out = originals[method](self, *a, **k)
+            if method == "cpu":
+                out = out.clone() if out is self else out
+                host.add(id(out))
+            return out
+        return wrapper
+
+    def to(self, *a, **k):
+        dev = k.get("device") is not None or any(
+            isinstance(x, (str, torch.device)) for x in a)
+        out = originals["to"](self, *a, **k)
+        if dev and counter.is_host(self):
+            out = out.clone() if out is self else out
+            host.discard(id(out))  # moved to the device
+        return out
+
+    for m in ("cpu", "tolist", "numpy"):
+        setattr(torch.Tensor, m, d2h(m))
+    torch.Tensor.to = to
+    try:
+        with counter:
+            sglang_cases.run_entry(step, world, fb)
+    finally:
+        for m, f in originals.items():
+            setattr(torch.Tensor, m, f)
+    return counter.ops, counter.parts
+
+
+def timed(fn, iters: int, warmup: int):
+    for _ in range(warmup):
+        fn()
+    empty = []
+    for _ in range(iters):
+        t0 = time.perf_counter_ns()
+        t1 = time.perf_counter_ns()
+        empty.append(t1 - t0)
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append(time.perf_counter_ns() - t0)
+    return (statistics.median(samples) - statistics.median(empty)) / 1000.0
+
+
+def bench_one(backend: str, name: str, iters: int, warmup: int) -> dict:
+    chunk = 128 if backend == "mamba2" else 64
+    cfg = sw.Config(backend=backend, chunk_size=chunk, cache_chunk_size=256, pool_size=POOL)
+    world = sw.World(cfg)
+    try:
+        if name == "replay":
+            world.backend.init_cuda_graph_state(256, 256)
+        step = make_step(backend, name, chunk, 256)
+        fb = sglang_cases.forward_batch(step, world)
+        us = timed(lambda: sglang_cases.run_entry(step, world, fb), iters, warmup)
+        ops, parts = count(world, step, fb)
+    finally:
+        world.close()
+    return {"backend": backend, "step": name, "us": us, "ops": ops,
+            "syncs": sum(parts.values()), "sync_parts": parts}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--backend", action="append", choices=BACKENDS)
+    ap.add_argument("--step", action="append", choices=STEPS)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    rows = []
+    for backend in args.backend or BACKENDS:
+        for name in args.step or STEPS:
+            r = bench_one(backend, name, args.iters, args.warmup)
+            rows.append(r)
+            print(f"{backend:10} {name:9} {r['us']:10.1f} us  {r['ops']:6} ops  "
+                  f"{r['syncs']:5} syncs {r['sync_parts']}", flush=True)
+    meta = {"sglang": sw.SGLANG_VERSION, "torch": torch.__version__,
+            "machine": platform.processor() or platform.machine(),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "iters": args.iters,
+            "threads": torch.get_num_threads()}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
