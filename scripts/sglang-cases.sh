@@ -13,7 +13,7 @@
 #              dp_decode replay capture cpu_capture, and KDA's prefill_graph)
 # --every N    the fresh-objects check reruns every N-th case (default 100)
 # --keep DIR   keeps the case files (DIR/BACKEND-SEED.jsonl)
-# --make-data  rewrites tests/data/sglang0523_BACKEND.jsonl, a small sample of each mode
+# --make-data  rewrites tests/data/sglang/BACKEND.jsonl, a small sample of each mode
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -48,7 +48,7 @@ for backend in $BACKENDS; do
   if ! nice -n 10 "$PY" sglang_cases.py check "$out" --every "$EVERY" --verbose; then status=1; fi
   if [ -n "$KEEP" ]; then cp "$out" "$KEEP/"; fi
   if [ "$MAKE_DATA" = 1 ]; then
-    python3 select_sample.py "$out" "$ROOT/tests/data/sglang0523_$backend.jsonl"
+    python3 select_sample.py "$out" "$ROOT/tests/data/sglang/$backend.jsonl"
   fi
 done
 exit $status

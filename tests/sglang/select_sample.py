@@ -1,4 +1,4 @@
-"""Picks a small public sample of SGLang cases (tests/data/sglang0523_*.jsonl): for every
+"""Picks a small public sample of SGLang cases (tests/data/sglang/*.jsonl): for every
 kind of step in CASES (mode, forward mode, engine configuration, tracking off / with host
 lists / device only, padded rows or not), the shortest case with one row and the shortest
 with several; the shortest of every (mode, tracking) pair first, then the others, shortest
