@@ -162,7 +162,16 @@ struct Config {
   /// [0, INT32_MAX], so that it is defined for any field values (a valid configuration
   /// never saturates).
   [[nodiscard]] int32_t decode_cudagraph_max_bs(BuilderKind kind) const {
-    const int64_t per_row = is_gdn_family(kind) ? static_cast<int64_t>(num_spec) + 1 : 1;
+    return graph_limit(is_gdn_family(kind) ? static_cast<int64_t>(num_spec) + 1 : 1);
+  }
+  /// PLE ShortConv's FULL-graph token limit (vLLM's decode_cudagraph_max_tokens):
+  /// max_num_seqs * (num_spec + 1), capped and saturated as D.
+  [[nodiscard]] int32_t decode_cudagraph_max_tokens() const {
+    return graph_limit(static_cast<int64_t>(num_spec) + 1);
+  }
+
+ private:
+  [[nodiscard]] int32_t graph_limit(int64_t per_row) const {
     int64_t d = static_cast<int64_t>(max_num_seqs) * per_row;
     if (max_cudagraph_capture_size > 0 && max_cudagraph_capture_size < d)
       d = max_cudagraph_capture_size;

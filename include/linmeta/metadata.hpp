@@ -152,6 +152,11 @@ struct Metadata : StepCounts {
   /// query lengths - 1, host memory of the plan).
   Array num_decode_draft_tokens_cpu;
 
+  /// The spec-decode rows' arrays are the persistent FULL-graph buffers (vLLM copies them
+  /// into its own int32 buffers then: its num_accepted_tokens is int32 whatever the caller's
+  /// counts were).
+  bool spec_rows_staged = false;
+
   /// Memory the array views point to.
   Target target = Target::Host;
   /// Which build of its builder made this metadata (update_block_table checks it): unique

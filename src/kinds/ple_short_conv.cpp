@@ -24,13 +24,6 @@ void check_config(const Config& c) {
         "ple_short_conv (vLLM's default None declines every checkpoint: leave both unset)");
 }
 
-/// PLE's graph limit on tokens: max_num_seqs * (1 + k), capped by the capture size.
-int32_t graph_tokens(const Config& c) {
-  int64_t t = static_cast<int64_t>(c.max_num_seqs) * (c.num_spec + 1);
-  if (c.max_cudagraph_capture_size > 0) t = std::min<int64_t>(t, c.max_cudagraph_capture_size);
-  return static_cast<int32_t>(t);
-}
-
 /// P3: the speculative split. Spec rows are the rows that draft (drafts >= 0), wherever they
 /// are; the other rows are decodes (one token) then prefills (more), in row order; rows of
 /// no tokens that do not draft are neither.
@@ -71,7 +64,8 @@ void plan_spec(Ctx& x) {
     p.sp_qsl.n = nsd;
     p.sp_qsl.is_qsl = true;
     p.sp_qsl.present = true;
-    p.stage_spec = x.c.full_cuda_graph && nsd <= x.cap.graph_bs && nsdt <= graph_tokens(x.c);
+    p.stage_spec =
+        x.c.full_cuda_graph && nsd <= x.cap.graph_bs && nsdt <= x.c.decode_cudagraph_max_tokens();
     return;
   }
   p.path = Path::Mixed;
@@ -86,7 +80,7 @@ void plan_spec(Ctx& x) {
 void check_capture(const Config& c, BuilderKind kind, const Step& s) {
   const int32_t n = s.num_reqs;
   const int32_t d = c.decode_cudagraph_max_bs(kind);
-  const int32_t tokens = graph_tokens(c);
+  const int32_t tokens = c.decode_cudagraph_max_tokens();
   if (n > d || s.num_actual_tokens > tokens)
     reject(
         fmt::format("capture build supports decode-only FULL graphs: num_reqs = {} must be <= "

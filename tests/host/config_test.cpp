@@ -153,5 +153,31 @@ TEST(ConfigValidation, DecodeCudagraphMaxBsIsDefinedForAnyConfig) {
   EXPECT_EQ(c.decode_cudagraph_max_bs(BuilderKind::Gdn), 5);
 }
 
+TEST(ConfigValidation, DecodeCudagraphMaxTokensIsPleShortConvsTokenLimit) {
+  Config c;
+  c.max_num_seqs = 8;
+  c.num_spec = 2;
+  EXPECT_EQ(c.decode_cudagraph_max_tokens(), 24);  // rows * (1 + k), whatever the kind's D
+  EXPECT_EQ(c.decode_cudagraph_max_bs(BuilderKind::PleShortConv), 8);
+  c.max_cudagraph_capture_size = 20;
+  EXPECT_EQ(c.decode_cudagraph_max_tokens(), 20);
+  c.max_num_seqs = INT_MAX;
+  c.num_spec = INT_MAX;
+  c.max_cudagraph_capture_size = 0;
+  EXPECT_EQ(c.decode_cudagraph_max_tokens(), INT_MAX);
+}
+
+TEST(ConfigValidation, MetadataSaysWhetherItsSpecRowsWereStaged) {
+  Config c = gdn_config(2);
+  c.full_cuda_graph = true;
+  HostStep s;
+  s.lens({3, 3}).seq({10, 40}).draft_counts({2, 2}).accepted_counts({1, 2}).iota_table(3);
+  GdnMetadataBuilder staged(c, testing::host_options());
+  EXPECT_TRUE(staged.build(s.step()).spec_rows_staged);
+  c.full_cuda_graph = false;
+  GdnMetadataBuilder eager(c, testing::host_options());
+  EXPECT_FALSE(eager.build(s.step()).spec_rows_staged);
+}
+
 }  // namespace
 }  // namespace linmeta

@@ -114,10 +114,7 @@ class PleShortConvAttentionMetadataBuilder(_MambaBuilder):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.num_spec = self.num_spec_tokens
         self.use_full_cuda_graph = self.compilation_config.cudagraph_mode.has_full_cudagraphs()
-        max_seqs = vllm_config.scheduler_config.max_num_seqs
-        cap = self.compilation_config.max_cudagraph_capture_size
-        tokens = max_seqs * (self.num_spec + 1)
-        self.decode_cudagraph_max_tokens: int = tokens if cap is None else min(tokens, cap)
+        self.decode_cudagraph_max_tokens: int = self._engine.builder.decode_cudagraph_max_tokens
 
     def composite_classes_of(self) -> dict:
         checkpoint = vllm_class(*_CHECKPOINT)

@@ -326,6 +326,10 @@ NB_MODULE(_linmeta, m) {
                      return b.builder.config().decode_cudagraph_max_bs(b.builder.kind());
                    })
       .def_prop_ro(
+          "decode_cudagraph_max_tokens",
+          [](const PyBuilder& b) { return b.builder.config().decode_cudagraph_max_tokens(); },
+          "PLE ShortConv's FULL-graph token limit (vLLM's decode_cudagraph_max_tokens).")
+      .def_prop_ro(
           "last_timing",
           [](const PyBuilder& b) {
             const BuildTiming& t = b.builder.last_timing();

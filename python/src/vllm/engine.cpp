@@ -15,7 +15,6 @@
 #include "../binding/fields.hpp"
 #include "../binding/gc_slots.hpp"
 #include "../binding/step_inputs.hpp"
-#include "builder_impl.hpp"  // the last plan's FULL-graph staging (src/step_plan.hpp)
 #include "linmeta/outputs.hpp"
 
 namespace nb = nanobind;
@@ -400,9 +399,7 @@ class Engine {
     out.meta = capture ? b_->builder.build_for_cudagraph_capture(p.step, p.stream)
                        : b_->builder.build(p.step, p.stream);
     out.num_reqs = p.step.num_reqs;
-    const MetadataBuilder::Impl& impl = b_->builder.impl();
-    out.accepted_int32 = impl.plans_[static_cast<size_t>(impl.current_)].stage_spec ||
-                         b_->builder.config().use_recoverssm;
+    out.accepted_int32 = out.meta.spec_rows_staged || b_->builder.config().use_recoverssm;
     out.seq_lens = p.step.seq_lens;
     out.accepted = p.step.num_accepted_tokens;
     out.qsl = p.step.query_start_loc;
