@@ -307,9 +307,12 @@ Config parse_config(const json& cf, BuilderKind kind) {
   c.chunk_metadata = kind == BuilderKind::Gdn;
   c.prefill_backend = kind == BuilderKind::Kda ? PrefillBackend::FlashKda : PrefillBackend::Triton;
   if (!cf.is_object()) bad("config", "expected an object, got " + shown(cf));
+  // max_num_batched_tokens is optional: vLLM's scheduler_config value where a builder reads it
+  // (Inkling's buffers), else the step's token count (parse_case).
+  c.max_num_batched_tokens = 0;
   for_each_config_field(c, [&](const char* key, auto&& member) {
     const std::string k = key;
-    if (k == "max_num_batched_tokens" || k == "chunk_metadata") return;
+    if (k == "chunk_metadata") return;
     const std::string path = "config." + k;
     if (!cf.contains(k)) {
       if (required_config_key(k)) bad(path, "missing");
@@ -426,7 +429,8 @@ Case parse_case(const json& j) {
   c.seq_lens_ub =
       int_list(member(s, S, "seq_lens_cpu_upper_bound"), "step.seq_lens_cpu_upper_bound", n);
   c.num_actual_tokens = int_field(s, S, "num_actual_tokens");
-  c.config.max_num_batched_tokens = std::max(c.num_actual_tokens, 1);
+  if (c.config.max_num_batched_tokens == 0)
+    c.config.max_num_batched_tokens = std::max(c.num_actual_tokens, 1);
   const json& pre = member(s, S, "is_prefilling");
   if (!pre.is_null()) {
     if (!pre.is_array() || std::cmp_not_equal(pre.size(), n))
