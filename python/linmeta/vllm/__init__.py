@@ -13,6 +13,7 @@ launch, the others are served from that plan. docs/vllm.md.
 
 from ._common import PROFILE, register_with_vllm
 from .gdn import GDNAttentionMetadataBuilder, KimiK3KDAMetadataBuilder
+from .inkling import InklingSconvMetadataBuilder
 from .mamba import (
     BailingLinearAttentionMetadataBuilder,
     LinearAttentionMetadataBuilder,
@@ -32,6 +33,7 @@ BUILDERS = (
     LinearAttentionMetadataBuilder,
     BailingLinearAttentionMetadataBuilder,
     PleShortConvAttentionMetadataBuilder,
+    InklingSconvMetadataBuilder,
 )
 
 register_with_vllm(BUILDERS)
@@ -40,6 +42,7 @@ __all__ = [
     "BUILDERS",
     "BailingLinearAttentionMetadataBuilder",
     "GDNAttentionMetadataBuilder",
+    "InklingSconvMetadataBuilder",
     "KimiK3KDAMetadataBuilder",
     "LinearAttentionMetadataBuilder",
     "Mamba1AttentionMetadataBuilder",
