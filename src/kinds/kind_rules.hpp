@@ -5,6 +5,7 @@
 // the rows' flags instead of naming kinds. docs/ARCHITECTURE.md, "Adding a builder kind".
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "linmeta/config.hpp"
@@ -74,8 +75,13 @@ struct KindRules {
   void (*pack_extra)(Packer&) = nullptr;
 };
 
+/// The rows in BuilderKind order (kind_table.cpp).
+extern const KindRules* const kKindRows[kNumBuilderKinds];
+
 /// The row of `kind` (a valid kind: validate_config checks it first).
-[[nodiscard]] const KindRules& kind_rules(BuilderKind kind);
+[[nodiscard]] inline const KindRules& kind_rules(BuilderKind kind) {
+  return *kKindRows[static_cast<size_t>(kind)];
+}
 
 /// KDA RecoverSSM (config.use_recoverssm on a kind that takes it).
 [[nodiscard]] inline bool recoverssm_on(const Config& c, const KindRules& k) {

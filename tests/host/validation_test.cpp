@@ -193,10 +193,11 @@ TEST(StepValidation, DraftCountsAboveNumSpecAreRejected) {
   }
 }
 
-// M2 with speculative decoding off: the drafts are read (a prompt tail padded with
-// placeholder drafts, ql == drafts + 1) but not range-checked, so that drafts + 1 of
-// INT32_MAX overflowed in int32 (UB: the asan preset's UBSan stops there). The row is a
-// prefill, as with no drafts.
+// M2 with speculative decoding off: the drafts of a prefilling row with prior state and at
+// most 1 + k tokens are read (a prompt tail padded with placeholder drafts, ql == drafts + 1)
+// but not range-checked, so that drafts + 1 of INT32_MAX overflowed in int32 (UB: the asan
+// preset's UBSan stops there). The one-token row with prior state is a decode, as with no
+// drafts.
 TEST(StepValidation, MambaDraftCountOfIntMaxWithSpecOffIsDefined) {
   Config c;
   c.profile = Profile::Vllm034;
@@ -206,11 +207,11 @@ TEST(StepValidation, MambaDraftCountOfIntMaxWithSpecOffIsDefined) {
     c.chunk_size = kind == BuilderKind::Mamba2 ? 64 : 0;
     MetadataBuilder b(kind, c, testing::host_options());
     HostStep s;
-    s.lens({1, 2}).seq({5, 10}).prefilling({0, 1}).iota_table(2);
+    s.lens({1, 1}).seq({5, 10}).prefilling({0, 1}).iota_table(2);
     const auto without = cases::to_json(b.build(s.step()), kind);
     s.draft_counts({-1, INT_MAX});
     const Metadata& m = b.build(s.step());
-    EXPECT_EQ(m.num_prefills, 1);
+    EXPECT_EQ(m.num_decodes, 2);
     EXPECT_EQ(cases::to_json(m, kind), without);
   }
 }
