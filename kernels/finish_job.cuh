@@ -69,6 +69,11 @@ struct ConvPrograms {
 struct CheckpointGather {
   int32_t rows, cols;
 };
+/// The request owning token e (largest row r < n_rows with query_start_loc[r] <= e), or with
+/// `first` that request's first token, for the n_real real tokens; 0 past them.
+struct TokenOwner {
+  int32_t n_rows, n_real, first;
+};
 /// seq_lens[e], kept for update_block_table (which does not read the caller's again).
 struct KeepSeqLens {};
 
@@ -88,6 +93,7 @@ struct KeepSeqLens {};
   X(ChunkIndexPairs, chunks)      \
   X(ConvPrograms, conv)           \
   X(CheckpointGather, checkpoint) \
+  X(TokenOwner, token_owner)      \
   X(KeepSeqLens, keep)
 
 enum class JobKind : int32_t {
@@ -316,6 +322,15 @@ LINMETA_HD inline void element(const CheckpointGather& x, const LaunchHeader& h,
   const int32_t col = a[x.cols + e];
   const TableRef& t = table_of(h, a, group);
   store(base, j.dtype, e, col >= 0 ? t.data[row_of(a, x.rows, e) * t.row_stride + col] : 0);
+}
+LINMETA_HD inline void element(const TokenOwner& x, const LaunchHeader& h, const int32_t* a,
+                               const Job& j, char* base, int32_t, int32_t e) {
+  int64_t v = 0;
+  if (e < x.n_real) {
+    const int32_t r = owner(a + h.qsl_at, x.n_rows, e);
+    v = x.first ? a[h.qsl_at + r] : r;
+  }
+  store(base, j.dtype, e, v);
 }
 LINMETA_HD inline void element(const KeepSeqLens&, const LaunchHeader& h, const int32_t*,
                                const Job& j, char* base, int32_t, int32_t e) {

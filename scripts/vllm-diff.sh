@@ -7,7 +7,8 @@
 #                        [--builders "gdn kda"] [--keep DIR] [--make-data]
 #
 # --builders also takes vLLM's Mamba family: "mamba2 mamba1 short_conv linear bailing_linear
-# ple_short_conv". Their steps
+# ple_short_conv", and Inkling's short-conv builder "inkling" (its Triton kernel runs in Triton's
+# CPU interpreter). Their steps
 # come from tests/vllm/mamba_steps.py (linmeta-stepgen knows gdn/kda only), the wheel fills
 # them the same way, and linmeta-replay checks them once it accepts those builder names; until
 # then the run stops after the fill ("fill only") and keeps the filled files (--keep DIR, by
@@ -25,7 +26,8 @@
 # --zero-drafts P: P percent of the steps (default 10) have every spec row draft 0 tokens
 # (rules R1 / K1; the generator's plain stream makes them rare).
 # --make-data regenerates tests/data/vllm034.jsonl (a category-covering sample of the gdn/kda
-# steps) and tests/data/vllm034_mamba.jsonl (of the Mamba-family steps).
+# steps), tests/data/vllm034_mamba.jsonl (of the Mamba-family steps) and
+# tests/data/vllm034_inkling.jsonl (of the inkling steps).
 # --keep DIR writes every filled chunk to DIR/BUILDER-SEED.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,12 +67,12 @@ export VLLM_TARGET_DEVICE=cpu CUDA_VISIBLE_DEVICES=""
 QUIET='^W[0-9]{4}|deprecated|vllm._C|max_num_scheduled_tokens|Reset SSM'
 harness() { (cd tests/vllm && "$PY" wheel_cases.py "$@") 2> >(grep -Ev "$QUIET" >&2); }
 
-is_mamba() { case "$1" in mamba2|mamba1|short_conv|linear|bailing_linear|ple_short_conv) return 0 ;; *) return 1 ;; esac; }
+is_mamba() { case "$1" in mamba2|mamba1|short_conv|linear|bailing_linear|ple_short_conv|inkling) return 0 ;; *) return 1 ;; esac; }
 any_mamba=0 any_gdn=0
 for builder in $BUILDERS; do
   if is_mamba "$builder"; then any_mamba=1
   elif [ "$builder" = gdn ] || [ "$builder" = kda ]; then any_gdn=1
-  else echo "unknown builder '$builder' (gdn kda mamba2 mamba1 short_conv linear bailing_linear ple_short_conv)" >&2; exit 2
+  else echo "unknown builder '$builder' (gdn kda mamba2 mamba1 short_conv linear bailing_linear ple_short_conv inkling)" >&2; exit 2
   fi
 done
 
@@ -159,6 +161,11 @@ if [ "$MAKE_DATA" = 1 ]; then
   if [ ${#mamba_kept[@]} -gt 0 ]; then
     python3 tests/vllm/select_cases.py tests/data/vllm034_mamba.jsonl "${mamba_kept[@]}" \
       --prefix vllm034_mamba --per-tag 2 --max-bytes 40000
+  fi
+  inkling_kept=("$WORK"/keep-inkling-*.jsonl)
+  if [ ${#inkling_kept[@]} -gt 0 ]; then
+    python3 tests/vllm/select_cases.py tests/data/vllm034_inkling.jsonl "${inkling_kept[@]}" \
+      --prefix vllm034_inkling --per-tag 3 --max-bytes 40000
   fi
 fi
 

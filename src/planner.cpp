@@ -80,7 +80,8 @@ void carve_plan(const PlanStorage& storage, Carver& c, StepPlan& p) {
 PlanStorage::PlanStorage(const Config& c, BuilderKind kind) {
   const Capacity cap = Capacity::of(c, kind);
   rows = static_cast<size_t>(cap.rows);
-  conv_total = is_linear_attention(kind) ? 0 : static_cast<size_t>(cap.conv_total);
+  // Causal-conv1d metadata: the GDN and Mamba families only.
+  conv_total = is_gdn_family(kind) || is_mamba_base(kind) ? static_cast<size_t>(cap.conv_total) : 0;
   mamba_chunks = static_cast<size_t>(cap.mamba_chunks);
   Carver count(nullptr, 0);
   StepPlan scratch;

@@ -301,11 +301,8 @@ bool required_config_key(const std::string& k) {
          k == "num_speculative_blocks";
 }
 
-/// Configuration fields that are no case-file keys: the token capacity comes from the step,
-/// chunk metadata from the builder.
-bool derived_config_field(std::string_view k) {
-  return k == "max_num_batched_tokens" || k == "chunk_metadata";
-}
+/// Configuration fields that are no case-file keys: chunk metadata comes from the builder.
+bool derived_config_field(std::string_view k) { return k == "chunk_metadata"; }
 
 /// The keys a case's config may have: every field of the configuration's table but the
 /// derived ones.
@@ -358,6 +355,9 @@ Config parse_config(const json& cf, BuilderKind kind) {
   c.prefill_backend = kind == BuilderKind::Kda ? PrefillBackend::FlashKda : PrefillBackend::Triton;
   if (!cf.is_object()) bad("config", "expected an object, got " + shown(cf));
   only_known_keys(cf, "config", config_keys());
+  // max_num_batched_tokens is optional: vLLM's scheduler_config value where a builder reads it
+  // (Inkling's buffers), else the step's token count (parse_case).
+  c.max_num_batched_tokens = 0;
   for_each_config_field(c, [&](const char* key, auto&& member) {
     const std::string k = key;
     if (derived_config_field(k)) return;
@@ -479,7 +479,8 @@ Case parse_case(const json& j) {
   c.seq_lens_ub =
       int_list(member(s, S, "seq_lens_cpu_upper_bound"), "step.seq_lens_cpu_upper_bound", n);
   c.num_actual_tokens = int_field(s, S, "num_actual_tokens");
-  c.config.max_num_batched_tokens = std::max(c.num_actual_tokens, 1);
+  if (c.config.max_num_batched_tokens == 0)
+    c.config.max_num_batched_tokens = std::max(c.num_actual_tokens, 1);
   const json& pre = member(s, S, "is_prefilling");
   if (!pre.is_null()) {
     if (!pre.is_array() || std::cmp_not_equal(pre.size(), n))

@@ -77,7 +77,8 @@ std::vector<json> read_jsonl(const std::string& path);
 /// its config, step or error has but the format does not (docs/case-format.md).
 Case parse_case(const json& j);
 /// The case-file "config" object of a configuration (parse_case's inverse; case files
-/// carry no max_num_batched_tokens, and chunk_metadata follows the builder).
+/// carry max_num_batched_tokens only where a builder reads it, and chunk_metadata follows the
+/// builder).
 json config_json(const Config& config);
 
 /// Runs a case through the public API on `target` and returns each group's metadata as

@@ -1,7 +1,6 @@
-// Metadata builders: one implementation (MetadataBuilder) and a class per vLLM builder:
-// GdnMetadataBuilder, KdaMetadataBuilder, Mamba2MetadataBuilder, Mamba1MetadataBuilder,
-// ShortConvMetadataBuilder, LinearMetadataBuilder, BailingLinearMetadataBuilder,
-// PleShortConvMetadataBuilder.
+// Metadata builders: one implementation (MetadataBuilder) and a class per vLLM builder, one
+// per kind of LINMETA_BUILDER_KINDS (config.hpp): GdnMetadataBuilder, KdaMetadataBuilder, …,
+// <Enumerator>MetadataBuilder.
 #pragma once
 
 #include <cstdint>

@@ -53,6 +53,9 @@ enum class BuilderFamily : int32_t {
   Gdn,     ///< gdn_attn.py's GDN builder and its Kimi-K3 subclass (spec decoding of their own)
   Mamba,   ///< the builders on mamba_attn.py's BaseMambaAttentionMetadataBuilder
   Linear,  ///< linear_attn.py's builders (no causal-conv1d metadata)
+  /// A model's own builder on vLLM's plain AttentionMetadataBuilder: per-token metadata, no
+  /// state slots, no decode / prefill split
+  Attention,
 };
 
 /// The one list of builder kinds, X(Enumerator, "name", family), each vLLM's class of that
@@ -66,6 +69,7 @@ enum class BuilderFamily : int32_t {
 ///  Linear     LinearAttentionMetadataBuilder         (MiniMax-Text-01 / M1)
 ///  BailingLinear  BailingLinearAttentionMetadataBuilder  (Bailing / Ling hybrids)
 ///  PleShortConv   PleShortConvAttentionMetadataBuilder   (LFM2's PLE variant)
+///  Inkling    InklingSconvMetadataBuilder            (Inkling's short-conv streams)
 /// It generates BuilderKind, kNumBuilderKinds, the family predicates below,
 /// names::kBuilderKinds (the name case files, the bench and Python use), the
 /// <Enumerator>MetadataBuilder aliases (builder.hpp) and the kind table of the library
@@ -79,7 +83,8 @@ enum class BuilderFamily : int32_t {
   X(ShortConv, "short_conv", Mamba)          \
   X(Linear, "linear", Linear)                \
   X(BailingLinear, "bailing_linear", Linear) \
-  X(PleShortConv, "ple_short_conv", Mamba)
+  X(PleShortConv, "ple_short_conv", Mamba)   \
+  X(Inkling, "inkling", Attention)
 
 enum class BuilderKind : int32_t {
 #define LINMETA_KIND_ENUMERATOR(K, name, family) K,

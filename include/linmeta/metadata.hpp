@@ -152,6 +152,12 @@ struct Metadata : StepCounts {
   /// query lengths - 1, host memory of the plan).
   Array num_decode_draft_tokens_cpu;
 
+  // Inkling (models/inkling/*/sconv_swa_attn.py's InklingSconvMetadata; docs/semantics.md I1),
+  // over the step's padded tokens; vLLM's slot_mapping is the caller's own (not a field here).
+  BlockTable block_table;  ///< the step's block table of this group (caller memory)
+  Array seq_idx;           ///< [padded tokens]: each token's request; 0 past the real tokens
+  Array query_start;       ///< [padded tokens]: its request's first token; 0 past them
+
   /// The spec-decode rows' arrays are the persistent FULL-graph buffers (vLLM copies them
   /// into its own int32 buffers then: its num_accepted_tokens is int32 whatever the caller's
   /// counts were).

@@ -60,6 +60,7 @@ inline constexpr uint32_t SC = 1U << static_cast<int>(BuilderKind::ShortConv);
 inline constexpr uint32_t L = 1U << static_cast<int>(BuilderKind::Linear);
 inline constexpr uint32_t BL = 1U << static_cast<int>(BuilderKind::BailingLinear);
 inline constexpr uint32_t PSC = 1U << static_cast<int>(BuilderKind::PleShortConv);
+inline constexpr uint32_t INK = 1U << static_cast<int>(BuilderKind::Inkling);
 inline constexpr uint32_t GK = G | K;               ///< GDN and KDA
 inline constexpr uint32_t GKP = GK | PSC;           ///< the speculative split's fields
 inline constexpr uint32_t MB = M2 | M1 | SC | PSC;  ///< the Mamba base builders
@@ -69,7 +70,7 @@ inline constexpr uint32_t MBBL = MB | BL;           ///< the Mamba base builders
 inline constexpr uint32_t GKMB = GK | MB;
 inline constexpr uint32_t GKMBBL = GKMB | BL;
 inline constexpr uint32_t MBL = MB | LA;
-inline constexpr uint32_t All = GK | MB | LA;
+inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (not Inkling)
 }  // namespace kinds
 [[nodiscard]] constexpr uint32_t kind_bit(BuilderKind k) { return 1U << static_cast<int>(k); }
 
@@ -231,6 +232,9 @@ inline constexpr uint32_t All = GK | MB | LA;
     &m.has_initial_states_d)                                                                       \
   X(NumDecodeDraftTokensCpu, "num_decode_draft_tokens_cpu", PSC, Int32, Vec, Batch, Host, None,    \
     &m.num_decode_draft_tokens_cpu)                                                                \
+  X(BlockTable, "block_table", INK, Int32, Vec, Group, Input, None, &m.block_table)                \
+  X(SeqIdx, "seq_idx", INK, Int32, Vec, Batch, Tokens, None, &m.seq_idx)                           \
+  X(QueryStart, "query_start", INK, Int32, Vec, Batch, Tokens, None, &m.query_start)               \
   X(KeptSeqLens, "", All, Int32, Vec, Batch, Rows, None, nullptr)
 
 /// Row ids of the output table.

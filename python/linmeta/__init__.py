@@ -50,6 +50,7 @@ ShortConvMetadataBuilder = _kind_class("short_conv", "ShortConvMetadataBuilder")
 LinearMetadataBuilder = _kind_class("linear", "LinearMetadataBuilder")
 BailingLinearMetadataBuilder = _kind_class("bailing_linear", "BailingLinearMetadataBuilder")
 PleShortConvMetadataBuilder = _kind_class("ple_short_conv", "PleShortConvMetadataBuilder")
+InklingMetadataBuilder = _kind_class("inkling", "InklingMetadataBuilder")
 
 
 def fields_of(kind: str) -> tuple[str, ...]:
@@ -89,6 +90,7 @@ __all__ = [
     "LinearMetadataBuilder",
     "BailingLinearMetadataBuilder",
     "PleShortConvMetadataBuilder",
+    "InklingMetadataBuilder",
     "Mamba1MetadataBuilder",
     "Mamba2MetadataBuilder",
     "Metadata",

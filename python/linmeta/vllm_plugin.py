@@ -1,6 +1,6 @@
 """vLLM general plugin: with LINMETA_VLLM=1, vLLM's GDN, Kimi-K3 KDA, Mamba2, Mamba1,
-ShortConv (and PLE ShortConv), linear-attention and Bailing linear-attention backends build their metadata with linmeta (linmeta.vllm's
-drop-in builder classes).
+ShortConv (and PLE ShortConv), linear-attention, Bailing linear-attention and Inkling short-conv
+(CUDA build) backends build their metadata with linmeta (linmeta.vllm's drop-in builder classes).
 
 Registered as the ``vllm.general_plugins`` entry point ``linmeta`` (pyproject.toml). vLLM
 calls ``register()`` in every process it starts (engine core, workers); without
@@ -30,6 +30,8 @@ BACKENDS = (
      "BailingLinearAttentionMetadataBuilder"),
     (f"{_B}.short_conv_attn", "PleShortConvAttentionBackend",
      "PleShortConvAttentionMetadataBuilder"),
+    ("vllm.models.inkling.nvidia.sconv_swa_attn", "InklingSconvBackend",
+     "InklingSconvMetadataBuilder"),
 )
 
 

@@ -64,7 +64,7 @@ inline std::string kind_name(BuilderKind k) { return std::string(names::builder_
 inline const auto kAllKinds =
     ::testing::Values(BuilderKind::Gdn, BuilderKind::Kda, BuilderKind::Mamba2, BuilderKind::Mamba1,
                       BuilderKind::ShortConv, BuilderKind::Linear, BuilderKind::BailingLinear,
-                      BuilderKind::PleShortConv);
+                      BuilderKind::PleShortConv, BuilderKind::Inkling);
 inline std::string kind_param_name(const ::testing::TestParamInfo<BuilderKind>& i) {
   return kind_name(i.param);
 }

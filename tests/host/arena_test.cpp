@@ -123,19 +123,20 @@ TEST_P(StepArena, BytesWrittenNeverExceedTheCountedCapacity) {
   EXPECT_GT(most, 0.25) << "the random steps stayed far below the limits";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Kinds, StepArena,
-    ::testing::Values(KindProfile{BuilderKind::Gdn, Profile::Seed},
-                      KindProfile{BuilderKind::Gdn, Profile::Vllm034},
-                      KindProfile{BuilderKind::Kda, Profile::Seed},
-                      KindProfile{BuilderKind::Kda, Profile::Vllm034},
-                      KindProfile{BuilderKind::Mamba2, Profile::Vllm034},
-                      KindProfile{BuilderKind::Mamba1, Profile::Vllm034},
-                      KindProfile{BuilderKind::ShortConv, Profile::Vllm034},
-                      KindProfile{BuilderKind::Linear, Profile::Vllm034},
-                      KindProfile{BuilderKind::BailingLinear, Profile::Vllm034},
-                      KindProfile{BuilderKind::PleShortConv, Profile::Vllm034}),
-    param_name);
+INSTANTIATE_TEST_SUITE_P(Kinds, StepArena,
+                         ::testing::Values(KindProfile{BuilderKind::Gdn, Profile::Seed},
+                                           KindProfile{BuilderKind::Gdn, Profile::Vllm034},
+                                           KindProfile{BuilderKind::Kda, Profile::Seed},
+                                           KindProfile{BuilderKind::Kda, Profile::Vllm034},
+                                           KindProfile{BuilderKind::Mamba2, Profile::Vllm034},
+                                           KindProfile{BuilderKind::Mamba1, Profile::Vllm034},
+                                           KindProfile{BuilderKind::ShortConv, Profile::Vllm034},
+                                           KindProfile{BuilderKind::Linear, Profile::Vllm034},
+                                           KindProfile{BuilderKind::BailingLinear,
+                                                       Profile::Vllm034},
+                                           KindProfile{BuilderKind::PleShortConv, Profile::Vllm034},
+                                           KindProfile{BuilderKind::Inkling, Profile::Vllm034}),
+                         param_name);
 
 }  // namespace
 }  // namespace linmeta

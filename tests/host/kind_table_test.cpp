@@ -15,7 +15,10 @@ TEST(KindTable, EveryKindHasItsOwnRow) {
     SCOPED_TRACE(std::string(name));
     const detail::KindRules& rules = detail::kind_rules(kind);
     EXPECT_EQ(rules.kind, kind);
-    EXPECT_EQ(is_gdn_family(kind) + is_mamba_base(kind) + is_linear_attention(kind), 1);
+    EXPECT_EQ(in_family(kind, BuilderFamily::Gdn) + in_family(kind, BuilderFamily::Mamba) +
+                  in_family(kind, BuilderFamily::Linear) +
+                  in_family(kind, BuilderFamily::Attention),
+              1);
     EXPECT_NE(rules.plan, nullptr);
     EXPECT_NE(rules.pack_gathers, nullptr);
     EXPECT_NE(rules.pack_fields, nullptr);

@@ -243,7 +243,7 @@ TEST(NoAlloc, KdaFourGroups) {
     expect_no_allocations(BuilderKind::Kda, 4, 400 + seed, kStepsPerConfig);
 }
 
-/// The Mamba family and linear attention (their own rules, one pipeline with GDN / KDA's):
+/// The Mamba family, linear attention and Inkling (their own rules, one pipeline with GDN / KDA's):
 /// random vllm-0.34 configurations, one and four groups.
 class NoAllocMamba : public ::testing::TestWithParam<BuilderKind> {};
 
@@ -258,7 +258,8 @@ TEST_P(NoAllocMamba, RandomConfigs) {
 INSTANTIATE_TEST_SUITE_P(Kinds, NoAllocMamba,
                          ::testing::Values(BuilderKind::Mamba2, BuilderKind::Mamba1,
                                            BuilderKind::ShortConv, BuilderKind::Linear,
-                                           BuilderKind::BailingLinear, BuilderKind::PleShortConv),
+                                           BuilderKind::BailingLinear, BuilderKind::PleShortConv,
+                                           BuilderKind::Inkling),
                          [](const ::testing::TestParamInfo<BuilderKind>& i) {
                            return std::string(linmeta::names::builder_kind_name(i.param));
                          });

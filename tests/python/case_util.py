@@ -11,7 +11,8 @@ import linmeta
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data")
 # Every case file of tests/data with expected outputs, and the files of failing steps.
-CASE_FILES = ("public", "vllm034_public", "vllm034", "vllm034_mamba_public", "vllm034_mamba")
+CASE_FILES = ("public", "vllm034_public", "vllm034", "vllm034_mamba_public", "vllm034_mamba",
+              "vllm034_inkling")
 ERROR_FILES = ("seed_errors", "vllm034_mamba_public_errors")
 
 
@@ -75,8 +76,9 @@ def config_kwargs(case):
             and kw.get("prefill_checkpoint_alignment") is None):
         kw["num_prefill_checkpoint_blocks"] = 0
     kw["chunk_metadata"] = case["builder"] == "gdn"
-    # Case configs carry no token capacity: any capacity >= the step's tokens.
-    kw["max_num_batched_tokens"] = max(case["step"]["num_actual_tokens"], 1)
+    # Case configs carry a token capacity only where the builder reads it (Inkling), else any
+    # capacity >= the step's tokens (tools/case_file.cpp).
+    kw.setdefault("max_num_batched_tokens", max(case["step"]["num_actual_tokens"], 1))
     return kw
 
 
@@ -167,12 +169,13 @@ def to_json(md, kind, to_numpy):
     """The metadata as tools/case_file.cpp to_json() writes it: every top-level field of the
     output table that kind `kind` fills. `to_numpy(x)` turns an output array into numpy."""
     names = [n for n, _dt, _scope, kinds in linmeta.OUTPUT_FIELDS if kind in kinds and "." not in n]
-    # The block table a KDA align commit carries is the caller's (not recorded).
+    # The block table Inkling's metadata and a KDA align commit carry is the caller's (not
+    # recorded).
     j = _members_json({n: getattr(md, n) for n in names}, to_numpy)
     align = (j.get("recoverssm_commit") or {}).get("align")
-    if align:
-        align.pop("block_table", None)
-        align.pop("block_table__dtype", None)
+    for holder in (j, align or {}):
+        holder.pop("block_table", None)
+        holder.pop("block_table__dtype", None)
     return j
 
 

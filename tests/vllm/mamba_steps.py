@@ -2,7 +2,7 @@
 "expected" (docs/case-format.md).
 wheel_cases.py fill fills them from the real wheel.
 
-  mamba_steps.py --builder mamba2|mamba1|short_conv|linear|bailing_linear|ple_short_conv
+  mamba_steps.py --builder mamba2|mamba1|short_conv|linear|bailing_linear|ple_short_conv|inkling
                  --count N [--seed S]
                  [--groups-percent P] [--zero-drafts-percent Z]
   mamba_steps.py --edges      a fixed list of hand-made steps at the builders' edges (none an
@@ -42,6 +42,11 @@ runner V2 lays them out for a Mamba hybrid model:
   or random tables; a few capture batches exceed the graph limit or are not uniform (vLLM
   asserts, mamba_attn.py:199-207).
 
+Inkling's short-conv builder (``inkling``) takes the same steps: cache mode none (its cache is a
+sliding-window KV cache, no Mamba state), no speculative blocks, ``max_num_batched_tokens`` 2048 or
+8192 (the size of its buffers: longer steps are rejected), no graph limit at capture (its
+capture build is a plain build), and more token padding (its fields cover the padded tokens).
+
 Reproducible: the same arguments print the same lines (Python's random.Random(seed)).
 """
 
@@ -52,8 +57,8 @@ import json
 import random
 import sys
 
-BUILDERS = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear", "ple_short_conv")
-LINEAR = ("linear", "bailing_linear")  # no graph limit at capture, no is_prefilling rules
+BUILDERS = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear", "ple_short_conv", "inkling")
+LINEAR = ("linear", "bailing_linear", "inkling")  # no graph limit at capture, no is_prefilling rules
 BLOCK_SIZES = (16, 64, 256, 528)
 CHUNK_SIZES = (64, 128, 256)
 CAPTURE_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128, 192, 256, 320, 384, 512)
@@ -102,6 +107,11 @@ def random_config(rng: random.Random, builder: str) -> dict:
         declares = rng.random() < 0.5
         c["num_prefill_checkpoint_blocks"] = 1 if declares else 0
         c["prefill_checkpoint_alignment"] = rng.choice((1, 16, c["block_size"])) if declares else None
+    if builder == "inkling":  # a sliding-window KV cache of kernel-size blocks, no Mamba state
+        c["mamba_cache_mode"] = "none"
+        c["num_speculative_blocks"] = 0
+        c["block_size"] = rng.choice((2, 4, 16))
+        c["max_num_batched_tokens"] = rng.choice((2048, 8192))  # its buffers' size
     c["profile"] = "vllm-0.34"
     return c
 
@@ -250,6 +260,13 @@ def _capture_step(rng: random.Random, c: dict, builder: str) -> dict:
     }
 
 
+def _token_padding(rng: random.Random, builder: str) -> int:
+    """Padded tokens past the last query (Inkling's fields cover them: more, and longer)."""
+    if builder == "inkling" and rng.random() < 0.5:
+        return rng.randint(1, 16) if rng.random() < 0.7 else rng.randint(17, 600)
+    return rng.randint(1, 16) if rng.random() < 0.3 else 0
+
+
 def random_step(rng: random.Random, c: dict, builder: str, groups: int, zero_drafts: float) -> dict:
     k = c["num_spec"]
     block = c["block_size"]
@@ -332,7 +349,7 @@ def random_step(rng: random.Random, c: dict, builder: str, groups: int, zero_dra
         "seq_lens": seq_lens,
         "seq_lens_cpu_upper_bound": seq_ub,
         "is_prefilling": prefilling,
-        "num_actual_tokens": qsl[-1] + (rng.randint(1, 16) if rng.random() < 0.3 else 0),
+        "num_actual_tokens": qsl[-1] + _token_padding(rng, builder),
         "tables": _tables(rng, c, seq_lens, seq_ub, is_pad, groups),
         "num_decode_draft_tokens_cpu": None,
         "num_accepted_tokens": None,
@@ -377,7 +394,9 @@ def _edge(builder: str, name: str, cfg: dict, mode: str = "build", **step) -> di
          "mamba_cache_mode": "none", "block_size": 16, "num_speculative_blocks": 0,
          "use_recoverssm": False, "num_prefill_checkpoint_blocks": 0}
     c.update(cfg)
-    c["num_speculative_blocks"] = c["num_spec"]
+    c["num_speculative_blocks"] = 0 if builder == "inkling" else c["num_spec"]
+    if builder == "inkling":
+        c.setdefault("max_num_batched_tokens", 2048)
     if builder == "mamba2":
         c.setdefault("prefill_checkpoint_alignment", None)
         c.setdefault("chunk_size", 64)
@@ -400,6 +419,8 @@ def _edge(builder: str, name: str, cfg: dict, mode: str = "build", **step) -> di
 def edges() -> list[dict]:
     out = []
     for b in BUILDERS:
+        if b == "inkling":
+            continue  # its own edges below
         out += [
             # none-mode table of 1 column under k = 2, FULL pure decode: the staging copy_
             # broadcasts the column into the (D, 1 + k) buffer; of 2 columns: it raises.
@@ -443,6 +464,19 @@ def edges() -> list[dict]:
                          {"mamba_cache_mode": "align", "num_prefill_checkpoint_blocks": 1,
                           "prefill_checkpoint_alignment": align, "chunk_size": 64},
                          q=[40, 44], seq=[40, 60], prefilling=[True, True], width=6))
+    # Inkling (I1, I2): padding, empty rows, the token capacity's edge, capture.
+    ink = "inkling"
+    out += [
+        _edge(ink, "at-token-capacity", {}, q=[2000, 40], seq=[2000, 50], prefilling=[True, True],
+              tokens=2048),
+        _edge(ink, "past-token-capacity", {}, q=[2000, 40], seq=[2000, 50],
+              prefilling=[True, True], tokens=2049),
+        _edge(ink, "empty-rows-between", {}, q=[0, 0, 3, 0, 2], seq=[4, 5, 3, 8, 9],
+              prefilling=[False, False, True, False, True], tokens=9),
+        _edge(ink, "no-real-tokens", {}, q=[0, 0], seq=[4, 5], prefilling=[False, False], tokens=5),
+        _edge(ink, "capture-uniform", {"num_spec": 1}, mode="capture", q=[2, 2, 2], seq=[2, 2, 2],
+              prefilling=[False, False, False], tokens=8),
+    ]
     return out
 
 

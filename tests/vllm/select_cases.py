@@ -1,5 +1,6 @@
 """Picks a small, category-covering sample of filled cases for tests/data/vllm034.jsonl
-(GDN / KDA) or tests/data/vllm034_mamba.jsonl (the Mamba family).
+(GDN / KDA), tests/data/vllm034_mamba.jsonl (the Mamba family) or tests/data/vllm034_inkling.jsonl
+(Inkling's short-conv builder).
 
   select_cases.py OUT.jsonl FILLED.jsonl... [--per-tag N] [--max-bytes B] [--prefix P]
   select_cases.py --count FILLED.jsonl...     (tag counts of the input only)
@@ -95,11 +96,39 @@ def mamba_tags(case: dict) -> list[str]:
     return sorted(set(t), key=t.index)
 
 
+def inkling_tags(case: dict) -> list[str]:
+    """Categories of an Inkling case (I1, I2): padding, empty rows, capture, groups, the
+    token capacity and its edge."""
+    cfg, step, b = case["config"], case["step"], case["builder"]
+    t = [b, f"{b}:k{'0' if cfg['num_spec'] == 0 else '>0'}", f"{b}:cap{cfg['max_num_batched_tokens']}"]
+    if case["mode"] == "capture":
+        t.append(f"{b}:capture")
+    if "groups" in step:
+        t.append(f"{b}:groups")
+    if "error" in case:
+        return t + [f"{b}:error"]
+    q = _query_lens(step)
+    pad = step["num_actual_tokens"] - step["query_start_loc"][-1]
+    if pad:
+        t.append(f"{b}:token-pad" + ("-long" if pad > 16 else ""))
+    if 0 in q:
+        t.append(f"{b}:zero-length-rows")
+    if q and q[0] == 0:
+        t.append(f"{b}:leading-empty-row")
+    if step["num_actual_tokens"] == cfg["max_num_batched_tokens"]:
+        t.append(f"{b}:at-capacity")
+    if len(q) == 1:
+        t.append(f"{b}:one-row")
+    return t
+
+
 def tags(case: dict) -> list[str]:
     cfg, step = case["config"], case["step"]
     b = case["builder"]
     if b in MAMBA:
         return mamba_tags(case)
+    if b == "inkling":
+        return inkling_tags(case)
     t = [b, f"{b}:{cfg['mamba_cache_mode']}", f"{b}:backend={cfg.get('prefill_backend')}"]
     if case["mode"] == "capture":
         t.append(f"{b}:capture")

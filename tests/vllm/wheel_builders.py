@@ -24,6 +24,12 @@ same keys minus ``prefill_backend``, plus ``chunk_size`` (mamba2: what
 blocks 1 and alignment 1). The model config is a ``ModelConfig`` carrying only the HF text
 config that ``get_mamba_chunk_size`` reads (no model is loaded; the builders read nothing else
 of it with ReplaySSM off). The MambaSpec's ``mamba_type`` is the builder's backend.
+
+Inkling's short-conv builder (``inkling``, models/inkling/nvidia/sconv_swa_attn.py) takes a
+SlidingWindowSpec of ``block_size``-token blocks (the conv kernel size; its build reads no field
+of it) and reads only ``scheduler_config.max_num_batched_tokens`` (the size of its per-token
+buffers): the case's ``max_num_batched_tokens``, a key only Inkling's cases carry. The other
+keys are the Mamba family's; its cache mode is none (no Mamba state).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from vllm.config import (
     VllmConfig,
 )
 from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
-from vllm.v1.kv_cache_interface import MambaSpec
+from vllm.v1.kv_cache_interface import MambaSpec, SlidingWindowSpec
 
 PROFILE = "vllm-0.34"
 KDA_FLASHKDA_CHECKPOINT_ALIGNMENT = 16
@@ -58,8 +64,16 @@ MAMBA_BUILDERS = {
 }
 
 
+INKLING = "inkling"
+
+
 def is_mamba(builder: str) -> bool:
     return builder in MAMBA_BUILDERS
+
+
+def runs_like_mamba(builder: str) -> bool:
+    """Run by wheel_mamba.py: the Mamba family and Inkling (the same case keys)."""
+    return is_mamba(builder) or builder == INKLING
 
 
 class UnsupportedConfig(ValueError):
@@ -103,7 +117,9 @@ def check_config(builder: str, config: dict) -> None:
         raise UnsupportedConfig(f"config.profile must be {PROFILE!r}")
     if config["mamba_cache_mode"] not in ("none", "align"):
         raise UnsupportedConfig(f"mamba_cache_mode {config['mamba_cache_mode']!r} (0.34: none|align)")
-    if is_mamba(builder):
+    if builder == INKLING and config["mamba_cache_mode"] != "none":
+        raise UnsupportedConfig("inkling has no Mamba state: mamba_cache_mode none")
+    if runs_like_mamba(builder):
         if config["use_recoverssm"]:
             raise UnsupportedConfig("use_recoverssm is a KDA option")
         if config.get("prefill_backend") not in (None, "triton"):
@@ -134,7 +150,7 @@ def make_vllm_config(builder: str, config: dict) -> VllmConfig:
     mode = CUDAGraphMode.FULL_AND_PIECEWISE if config["full_cuda_graph"] else CUDAGraphMode.PIECEWISE
     capture = config["max_cudagraph_capture_size"]
     additional = {}
-    if not is_mamba(builder):
+    if not runs_like_mamba(builder):
         backend = prefill_backend(builder, config)
         additional = {"kda_prefill_backend": backend} if builder == "kda" else {}
         if builder == "gdn":
@@ -164,6 +180,8 @@ def make_vllm_config(builder: str, config: dict) -> VllmConfig:
     block = int(config["block_size"])
     vc.cache_config.hash_block_size = block
     vc.cache_config.cache_hit_alignment_tokens = block
+    if builder == INKLING:
+        vc.scheduler_config.max_num_batched_tokens = int(config["max_num_batched_tokens"])
     if is_mamba(builder):
         vc.model_config = make_model_config(config)
         if builder == "mamba2" and vc.model_config.get_mamba_chunk_size() != int(config["chunk_size"]):
@@ -187,6 +205,11 @@ def make_kv_cache_spec(builder: str, config: dict) -> MambaSpec:
 def make_builder(builder: str, config: dict, group: int = 0):
     """One builder instance, as the runner makes one per KV-cache group."""
     check_config(builder, config)
+    if builder == INKLING:
+        spec = SlidingWindowSpec(block_size=int(config["block_size"]), num_kv_heads=1, head_size=64,
+                                 dtype=wheel_env.torch.bfloat16, sliding_window=int(config["block_size"]))
+        return wheel_env.InklingSconvMetadataBuilder(
+            spec, [f"model.layers.{group}.sconv"], make_vllm_config(builder, config), wheel_env.DEVICE)
     if is_mamba(builder):
         cls = getattr(wheel_env, MAMBA_BUILDERS[builder][0])
         layer_names = [f"model.layers.{group}.mixer"]

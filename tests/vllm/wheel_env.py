@@ -13,6 +13,9 @@ the wheel is touched:
   by the PyTorch staging written in the builder's own comment (state / qsl / accepted).
 * ``KimiK3KDAMetadataBuilder._get_recoverssm_context``: builds a forward-pass object from
   the model's KDA layers (CUDA buffers). It is not metadata; the harness returns a marker.
+* Inkling's ``sconv_seq_metadata`` launches a Triton kernel: the harness runs that kernel, the
+  wheel's own code, in Triton's CPU interpreter (``TRITON_INTERPRET=1``, which has to be set
+  before triton is first imported; no other builder on the harness's paths launches a kernel).
 * KDA in align mode reads ``mamba_aligned_state_indices``, which the model runner
   precomputes on the GPU; ``aligned_state_indices`` below is the PyTorch gather written in
   the builder's comment, set on the builder before each build (see wheel_runner.py).
@@ -24,11 +27,13 @@ import os
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
+os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
 
 import vllm  # noqa: E402
 import vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn as qwen_gdn  # noqa: E402
+import vllm.models.inkling.nvidia.sconv_swa_attn as inkling_sconv  # noqa: E402
 import vllm.models.kimi_k3.nvidia.kda_metadata as kda_metadata  # noqa: E402
 import vllm.v1.attention.backends.gdn_attn as gdn_attn  # noqa: E402
 import vllm.v1.attention.backends.linear_attn as linear_attn  # noqa: E402
@@ -114,3 +119,6 @@ ShortConvAttentionMetadataBuilder = short_conv_attn.ShortConvAttentionMetadataBu
 LinearAttentionMetadataBuilder = linear_attn.LinearAttentionMetadataBuilder
 BailingLinearAttentionMetadataBuilder = linear_attn.BailingLinearAttentionMetadataBuilder
 PleShortConvAttentionMetadataBuilder = short_conv_attn.PleShortConvAttentionMetadataBuilder
+
+# Inkling's short-conv builder (its Triton kernel interpreted, above).
+InklingSconvMetadataBuilder = inkling_sconv.InklingSconvMetadataBuilder

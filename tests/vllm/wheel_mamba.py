@@ -47,6 +47,8 @@ REPLAYSSM_FIELDS = {
     "replayssm_scratch": None,
     "replayssm_state_indices_d": None,
 }
+# Inkling's fields that are the caller's tensors (checked, left out: case files record no table).
+PASSED_THROUGH = {"block_table", "slot_mapping"}
 # Builders whose build() the runner hands the spec-decode counts (mamba_hybrid.py:59-68).
 GETS_SPEC_KWARGS = {"mamba2", "short_conv", "ple_short_conv"}
 # Bailing's build() takes num_accepted_tokens though the runner hands it none: the harness
@@ -88,10 +90,21 @@ def serialise_object(items: dict[str, Any]) -> dict:
     return out
 
 
-def serialise(md) -> dict:
+def _check_passed_through(md, m) -> None:
+    """Inkling's block_table and slot_mapping: the caller's own tensors (left out)."""
+    assert md.block_table is m.block_table_tensor, "inkling block_table is not the caller's"
+    sm = md.slot_mapping
+    assert sm.data_ptr() == m.slot_mapping.data_ptr() and sm.shape == m.slot_mapping.shape, (
+        "inkling slot_mapping is not the caller's whole slot_mapping")
+
+
+def serialise(md, m=None) -> dict:
     fields = {}
     for f in dataclasses.fields(md):
         value = getattr(md, f.name)
+        if f.name in PASSED_THROUGH:
+            _check_passed_through(md, m)
+            continue
         if f.name in REPLAYSSM_FIELDS:
             if value != REPLAYSSM_FIELDS[f.name]:
                 raise RuntimeError(f"ReplaySSM field {f.name} set with ReplaySSM off")
@@ -136,14 +149,14 @@ def execute(case: dict, per_group, accepted, drafts, dtype_log: dict | None = No
             md = _build(b, builder, mode, m, accepted, drafts)
         if g == 0:
             first_md = md
-        runner_out.append(serialise(md))
+        runner_out.append(serialise(md, m))
         if dtype_log is not None:
             _log_dtypes(dtype_log, builder, runner_out[-1])
 
     for g in updated:
         m = per_group[g]
         b = wheel_builders.make_builder(builder, config, g)
-        alone = serialise(_build(b, builder, mode, m, accepted, drafts))
+        alone = serialise(_build(b, builder, mode, m, accepted, drafts), m)
         if alone != runner_out[g]:
             raise HarnessMismatch(f"group {g}: update_block_table and an independent build differ")
     return runner_out[0], (runner_out if "groups" in case["step"] else None)

@@ -271,7 +271,7 @@ def execute(case: dict, dtype_log: dict | None = None) -> tuple[dict, list[dict]
     """Returns (expected, expected_groups or None). Builder exceptions propagate."""
     builder, config, mode = case["builder"], case["config"], case["mode"]
     per_group, accepted, drafts = _step_inputs(case)
-    if wheel_builders.is_mamba(builder):
+    if wheel_builders.runs_like_mamba(builder):
         return wheel_mamba.execute(case, per_group, accepted, drafts, dtype_log)
 
     runner_out = []

@@ -115,6 +115,10 @@ inline void make_vllm034(std::mt19937& rng, BuilderKind kind, Config& c) {
       c.num_prefill_checkpoint_blocks = 1;
       c.prefill_checkpoint_alignment = pick(rng, {1, 16, c.block_size});
     }
+    if (kind == BuilderKind::Inkling) {  // a sliding-window KV cache: no Mamba state (I2)
+      c.mamba_cache_mode = CacheMode::None;
+      c.num_speculative_blocks = 0;
+    }
   }
 }
 

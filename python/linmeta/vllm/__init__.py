@@ -14,6 +14,7 @@ objects, and a call entered while another of the same object runs is refused. do
 from .. import _linmeta
 from ._common import profile, register_with_vllm, set_profile
 from .gdn import GDNAttentionMetadataBuilder, KimiK3KDAMetadataBuilder
+from .inkling import InklingSconvMetadataBuilder
 from .mamba import (
     BailingLinearAttentionMetadataBuilder,
     LinearAttentionMetadataBuilder,
@@ -38,6 +39,7 @@ BUILDERS = (
     LinearAttentionMetadataBuilder,
     BailingLinearAttentionMetadataBuilder,
     PleShortConvAttentionMetadataBuilder,
+    InklingSconvMetadataBuilder,
 )
 
 register_with_vllm(BUILDERS)
@@ -47,6 +49,7 @@ __all__ = [
     "BailingLinearAttentionMetadataBuilder",
     "Error",
     "GDNAttentionMetadataBuilder",
+    "InklingSconvMetadataBuilder",
     "KimiK3KDAMetadataBuilder",
     "LinearAttentionMetadataBuilder",
     "Mamba1AttentionMetadataBuilder",

@@ -19,6 +19,7 @@ _NAMES = {
     "linear": "LinearAttentionMetadata",
     "bailing_linear": "BailingLinearAttentionMetadata",
     "ple_short_conv": "PleShortConvAttentionMetadata",
+    "inkling": "InklingSconvMetadata",
 }
 
 
