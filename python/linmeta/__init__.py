@@ -42,15 +42,18 @@ def _kind_class(kind: str, name: str):
     return type(name, (MetadataBuilder,), {"__init__": __init__, "__doc__": doc})
 
 
-GdnMetadataBuilder = _kind_class("gdn", "GdnMetadataBuilder")
-KdaMetadataBuilder = _kind_class("kda", "KdaMetadataBuilder")
-Mamba2MetadataBuilder = _kind_class("mamba2", "Mamba2MetadataBuilder")
-Mamba1MetadataBuilder = _kind_class("mamba1", "Mamba1MetadataBuilder")
-ShortConvMetadataBuilder = _kind_class("short_conv", "ShortConvMetadataBuilder")
-LinearMetadataBuilder = _kind_class("linear", "LinearMetadataBuilder")
-BailingLinearMetadataBuilder = _kind_class("bailing_linear", "BailingLinearMetadataBuilder")
-PleShortConvMetadataBuilder = _kind_class("ple_short_conv", "PleShortConvMetadataBuilder")
-InklingMetadataBuilder = _kind_class("inkling", "InklingMetadataBuilder")
+def _kind_class_name(kind: str) -> str:
+    """The C++ alias of a kind: gdn -> GdnMetadataBuilder, ple_short_conv ->
+    PleShortConvMetadataBuilder (LINMETA_BUILDER_KINDS, config.hpp)."""
+    return "".join(part.capitalize() for part in kind.split("_")) + "MetadataBuilder"
+
+
+#: One class per builder kind of the core's table: GdnMetadataBuilder, KdaMetadataBuilder,
+#: Mamba2MetadataBuilder, Mamba1MetadataBuilder, ShortConvMetadataBuilder,
+#: LinearMetadataBuilder, BailingLinearMetadataBuilder, PleShortConvMetadataBuilder,
+#: InklingMetadataBuilder, ...
+_KIND_CLASSES = {_kind_class_name(k): _kind_class(k, _kind_class_name(k)) for k in BUILDER_KINDS}
+globals().update(_KIND_CLASSES)
 
 
 def fields_of(kind: str) -> tuple[str, ...]:
@@ -85,21 +88,12 @@ __all__ = [
     "CONV_BLOCK",
     "Error",
     "FLA_CHUNK_SIZE",
-    "GdnMetadataBuilder",
-    "KdaMetadataBuilder",
-    "LinearMetadataBuilder",
-    "BailingLinearMetadataBuilder",
-    "PleShortConvMetadataBuilder",
-    "InklingMetadataBuilder",
-    "Mamba1MetadataBuilder",
-    "Mamba2MetadataBuilder",
     "Metadata",
     "MetadataBuilder",
     "NULL_BLOCK_ID",
     "OUTPUT_FIELDS",
     "PAD_SLOT_ID",
-    "ShortConvMetadataBuilder",
     "cuda_available",
     "fields_of",
     "step_kwargs",
-]
+] + sorted(_KIND_CLASSES)
