@@ -48,8 +48,11 @@ TEST_P(PdlGpu, BuildWaitsForTheProducerOfItsDeviceInputs) {
     const auto n = static_cast<size_t>(r.num_reqs);
     // seq_lens and accepted counts are adjacent in DeviceStep: [seq_lens | accepted].
     auto* inputs = const_cast<int32_t*>(dev.step.seq_lens);
-    check(cudaMemcpy(truth.get(), inputs, 2 * n * sizeof(int32_t), cudaMemcpyDeviceToDevice),
-          "cudaMemcpy(truth)");
+    // On the build's stream: a device-to-device cudaMemcpy does not wait for its copy, and the
+    // legacy stream it runs on is not ordered before this non-blocking stream's scramble.
+    check(cudaMemcpyAsync(truth.get(), inputs, 2 * n * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                          stream.get()),
+          "cudaMemcpyAsync(truth)");
     auto scramble = [&] {  // values a build must never see: -1 everywhere
       check(cudaMemsetAsync(inputs, 0xff, 2 * n * sizeof(int32_t), stream.get()), "cudaMemset");
     };
