@@ -48,6 +48,10 @@ Config async_config(BuilderKind kind, int32_t rows = 64) {
     c.num_prefill_checkpoint_blocks = 1;
     c.chunk_metadata = false;
   }
+  if (in_family(kind, BuilderFamily::Attention)) {  // no Mamba state (Inkling, I2)
+    c.mamba_cache_mode = CacheMode::None;
+    c.num_speculative_blocks = 0;
+  }
   c.max_num_batched_tokens = std::max(4096, c.max_num_seqs * (c.num_spec + 1) + 16);
   return c;
 }

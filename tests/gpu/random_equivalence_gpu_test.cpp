@@ -97,6 +97,9 @@ class Coverage {
       // vLLM 0.34's cache modes are none | align.
       std::erase(need, std::string("cache_mode=all"));
     }
+    // No Mamba state: no cache mode but none (Inkling, I2).
+    if (in_family(kind, BuilderFamily::Attention))
+      std::erase(need, std::string("cache_mode=align"));
     if (kind == BuilderKind::Kda) also({"recoverssm=on", "recoverssm=off"});
     if (kind == BuilderKind::Gdn) also({"chunk_metadata=on", "chunk_metadata=off"});
     if (kind == BuilderKind::Mamba2) also({"checkpoints=on", "checkpoints=off"});
