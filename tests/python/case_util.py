@@ -17,14 +17,14 @@ ERROR_FILES = ("seed_errors", "vllm034_mamba_public_errors")
 
 
 # The keys of a case, its step and its error (docs/case-format.md; tools/case_file.cpp reads the
-# same). The config's are the builder's keyword arguments but the two the reader derives.
+# same). The config's are the builder's keyword arguments but the one the builder derives.
 CASE_KEYS = {"name", "builder", "mode", "config", "step", "expected", "expected_groups", "error",
              "comment"}
 STEP_KEYS = {"query_start_loc", "seq_lens", "seq_lens_cpu_upper_bound", "is_prefilling",
              "num_actual_tokens", "block_table", "groups", "num_decode_draft_tokens_cpu",
              "num_accepted_tokens"}
 ERROR_KEYS = {"type", "message", "where", "line"}
-DERIVED_CONFIG_KEYS = {"max_num_batched_tokens", "chunk_metadata"}
+DERIVED_CONFIG_KEYS = {"chunk_metadata"}
 
 
 @functools.lru_cache(maxsize=None)

@@ -36,7 +36,7 @@ def test_case_files_loaded():
 
 
 @pytest.mark.parametrize("part, key", [("", "notes"), ("config", "checkpoint_alignment"),
-                                       ("config", "max_num_batched_tokens"), ("step", "seq_len"),
+                                       ("config", "chunk_metadata"), ("step", "seq_len"),
                                        ("error", "raised_at")])
 def test_unknown_case_key_is_an_error(part, key):
     case = copy.deepcopy(CASES[0])
