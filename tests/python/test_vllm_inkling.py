@@ -30,8 +30,7 @@ PASSED_THROUGH = ("block_table", "slot_mapping")
 def lv(monkeypatch):
     """linmeta.vllm under vLLM 0.34's rules (linmeta has no others for Inkling)."""
     mod = importlib.import_module("linmeta.vllm")
-    for m in (mod, mod._common, mod.inkling):
-        monkeypatch.setattr(m, "PROFILE", "vllm-0.34")
+    monkeypatch.setattr(mod._common, "_profile", "vllm-0.34")
     return mod
 
 
@@ -111,6 +110,6 @@ def test_returns_the_local_dataclass_without_vllm(lv):
 
 def test_seed_profile_is_refused_without_vllm(lv, monkeypatch):
     """Outside vLLM 0.34 linmeta falls back to vLLM's builder; without vLLM there is none."""
-    monkeypatch.setattr(lv.inkling, "PROFILE", None)
+    monkeypatch.setattr(lv._common, "_profile", None)
     with pytest.raises(NotImplementedError, match="InklingSconvMetadataBuilder: linmeta has"):
         run(lv, CASES[0])
