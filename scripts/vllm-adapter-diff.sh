@@ -59,7 +59,7 @@ echo "== install linmeta into $VENV"
 # Which linmeta the venv holds now (another tree may install into the same venv).
 SITE=$("$PY" -c "import os, linmeta; print(os.path.dirname(linmeta.__file__))")
 installed() {
-  diff -r -q -x '*.so' -x '__pycache__' -x '*.typed' -x '*.pyi' python/linmeta "$SITE" >&2 || return 1
+  diff -r -q -x '*.so' -x '__pycache__' -x '*.typed' -x '*.pyi' -x '_version.py' python/linmeta "$SITE" >&2 || return 1
   sha256sum "$SITE"/_linmeta*.so | cut -d' ' -f1
 }
 EXT=$(installed) || { echo "the venv's linmeta ($SITE) is not this tree's" >&2; exit 2; }
