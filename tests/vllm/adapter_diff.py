@@ -26,8 +26,11 @@ wheel_runner.py calls vLLM's builders:
 The Mamba family: random steps from tests/vllm/mamba_steps.py (its generator and seeding:
 step i of a builder is line i of ``mamba_steps.py --builder B --count N --seed S
 --zero-drafts-percent P``), its --edges steps, and the cases of --mamba-public (default
-tests/data/vllm034_mamba_public.jsonl, vllm034_mamba_public_errors.jsonl and
-vllm034_mamba.jsonl). Each step runs (``_mrv2``) as vLLM 0.34's
+tests/data/vllm034_mamba_public.jsonl, vllm034_mamba_public_errors.jsonl,
+vllm034_mamba.jsonl, vllm034_replayssm.jsonl and vllm034_inkling.jsonl); ReplaySSM steps
+(``--replayssm-steps``, mamba_steps.py --replayssm's stream, per base-Mamba builder, with
+B_cache groups and buffer lengths varied by case name); Inkling capture steps
+(``--capture-steps``). Each step runs (``_mrv2``) as vLLM 0.34's
 ``build_attn_metadata`` (worker/gpu/attn_utils.py:520-605) with its Mamba-hybrid model state
 (model_states/mamba_hybrid.py:44-75):
 * runner path: each group its own CommonAttentionMetadata, with ``is_prefilling`` as the
@@ -104,7 +107,8 @@ assert lv.profile() == "vllm-0.34", f"linmeta.vllm chose profile {lv.profile()!r
 DATA = os.path.join(REPO, "tests", "data")
 PUBLIC = os.path.join(DATA, "vllm034_public.jsonl")
 MAMBA_PUBLIC = ",".join(os.path.join(DATA, f) for f in (
-    "vllm034_mamba_public.jsonl", "vllm034_mamba_public_errors.jsonl", "vllm034_mamba.jsonl"))
+    "vllm034_mamba_public.jsonl", "vllm034_mamba_public_errors.jsonl", "vllm034_mamba.jsonl",
+    "vllm034_replayssm.jsonl", "vllm034_inkling.jsonl"))
 GDN_KDA = ("gdn", "kda")
 # The Mamba family (mamba2, mamba1, short_conv, linear, bailing, ple) and Inkling's short-conv
 # builder, which runs through the same path (a plain AttentionMetadataBuilder: every group builds).
