@@ -26,12 +26,13 @@ void check_config(const Config& c) {
         "mamba_chunk_size)",
         c.chunk_size));
   if (c.mamba_cache_mode != CacheMode::None || c.full_cuda_graph || c.num_spec != 0 ||
-      c.profile != Profile::Seed || c.prefill_backend != PrefillBackend::Triton ||
-      c.prefill_checkpoint_alignment != 0 || !c.chunk_metadata)
+      c.prefill_backend != PrefillBackend::Triton || c.prefill_checkpoint_alignment != 0 ||
+      !c.chunk_metadata)
     reject(
         "the sglang_mamba2 builder has none of vLLM's options: leave mamba_cache_mode, "
-        "full_cuda_graph, num_spec, profile, prefill_backend, prefill_checkpoint_alignment and "
-        "chunk_metadata at their defaults (SGLang's engine constants are SglangStep fields)");
+        "full_cuda_graph, num_spec, prefill_backend, prefill_checkpoint_alignment and "
+        "chunk_metadata at their defaults (SGLang's engine constants are SglangStep fields; "
+        "the profile is not read)");
 }
 
 /// Mamba2Metadata._query_start_loc_to_chunk_indices_offsets over qsl[0..n] (n sequences,

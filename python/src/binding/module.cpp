@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "../sglang/engine.hpp"
 #include "../vllm/engine.hpp"
 #include "arrays.hpp"
 #include "config_args.hpp"
@@ -352,4 +353,5 @@ NB_MODULE(_linmeta, m) {
       });
 
   bind_vllm(m);
+  bind_sglang(m);
 }
