@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The differential of linmeta's SGLang kinds against SGLang 0.5.23's own backends
 # (docs/sglang.md, "Exact against the wheel"): builds the Python extension for the SGLang
-# venv's interpreter (scripts/sglang-env.sh), then, per backend,
+# venv's interpreter (scripts/sglang-env.sh), checks the plugin switch
+# (tests/sglang/linmeta_plugin_check.py), then, per backend,
 #   1. tests/sglang/linmeta_diff.py: the same random steps through SGLang's class and through
 #      linmeta.sglang's replacement, every field of every object compared;
 #   2. the wheel's cases of those steps (sglang_cases.py run) replayed natively by
@@ -42,6 +43,8 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 status=0
 cd tests/sglang
+echo "== the plugin switch (linmeta_plugin_check.py)"
+if ! PYTHONPATH="$ROOT/$BUILD/python" nice -n 10 "$PY" linmeta_plugin_check.py; then status=1; fi
 for backend in $BACKENDS; do
   nmodes=$(python3 -c "import sglang_steps as s; print(len(s.BACKEND_MODES['$backend']))")
   count=$((STEPS * nmodes))

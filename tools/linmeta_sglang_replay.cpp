@@ -106,10 +106,12 @@ class Mem {
 };
 
 SglangMode mode_of(const std::string& s) {
-  static const std::map<std::string, SglangMode> m{
-      {"EXTEND", SglangMode::Extend},         {"DECODE", SglangMode::Decode},
-      {"MIXED", SglangMode::Mixed},           {"IDLE", SglangMode::Idle},
-      {"TARGET_VERIFY", SglangMode::TargetVerify}, {"DRAFT_EXTEND_V2", SglangMode::DraftExtendV2}};
+  static const std::map<std::string, SglangMode> m{{"EXTEND", SglangMode::Extend},
+                                                   {"DECODE", SglangMode::Decode},
+                                                   {"MIXED", SglangMode::Mixed},
+                                                   {"IDLE", SglangMode::Idle},
+                                                   {"TARGET_VERIFY", SglangMode::TargetVerify},
+                                                   {"DRAFT_EXTEND_V2", SglangMode::DraftExtendV2}};
   const auto it = m.find(s);
   if (it == m.end()) throw std::runtime_error("unknown forward mode " + s);
   return it->second;
@@ -442,7 +444,8 @@ int main(int argc, char** argv) {
         checker.check(c);
       } catch (const Mismatch& e) {
         ++bad;
-        if (!quiet || bad <= 20) std::cout << f << ":" << lineno << ": " << name << ": " << e.what << "\n";
+        if (!quiet || bad <= 20)
+          std::cout << f << ":" << lineno << ": " << name << ": " << e.what << "\n";
       } catch (const std::exception& e) {
         ++bad;
         if (!quiet || bad <= 20)

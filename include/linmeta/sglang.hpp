@@ -78,15 +78,15 @@ struct SglangStep {
 
   // Prefix-cache tracking: mamba_track_mask as host memory (the scheduler's
   // mamba_prefill_track_mask_cpu, or one explicit copy of the device mask).
-  bool track = false;                   ///< mamba_track_mask is set
-  std::span<const bool> track_mask;     ///< [bs]
+  bool track = false;                      ///< mamba_track_mask is set
+  std::span<const bool> track_mask;        ///< [bs]
   std::span<const int64_t> track_seqlens;  ///< mamba_track_seqlens [bs], or empty (None)
 
   // Device arrays.
   const int32_t* mamba_map = nullptr;  ///< req_index_to_mamba_index_mapping
   int64_t mamba_map_len = 0;
-  int64_t* req_pool_indices = nullptr;      ///< [bs]; replay zeroes the padded rows
-  const int64_t* track_indices = nullptr;   ///< mamba_track_indices [bs] (track)
+  int64_t* req_pool_indices = nullptr;     ///< [bs]; replay zeroes the padded rows
+  const int64_t* track_indices = nullptr;  ///< mamba_track_indices [bs] (track)
   /// Tree verify: spec_info.retrieve_next_{token,sibling}, int64 [retrieve_rows, k]; null: None.
   const int64_t* retrieve_next_token = nullptr;
   const int64_t* retrieve_next_sibling = nullptr;
@@ -101,9 +101,9 @@ struct SglangMixedMetadata {
   Array has_initial_states;  ///< bool [bs]
   bool prep_initial_states = false;
   int32_t chunk_size = 0;
-  Array seq_idx;             ///< int32 [1, tokens]
-  Array chunk_indices;       ///< int32 [logical chunks], with prep_initial_states
-  Array chunk_offsets;       ///< int32 [logical chunks], with prep_initial_states
+  Array seq_idx;              ///< int32 [1, tokens]
+  Array chunk_indices;        ///< int32 [logical chunks], with prep_initial_states
+  Array chunk_offsets;        ///< int32 [logical chunks], with prep_initial_states
   Array extend_seq_lens_cpu;  ///< host memory, int32 [bs] (SGLang's list)
 
   bool operator==(const SglangMixedMetadata&) const = default;
@@ -120,14 +120,14 @@ struct SglangMetadata {
   Array mamba_track_indices;  ///< int64 [bs]: the step's (eager) or the graph buffer
   Array retrieve_next_token;  ///< [rows, k]: int64 (eager: the step's), int32 (graph buffers)
   Array retrieve_next_sibling;
-  Array retrieve_parent_token;  ///< eager: int64 [rows, k], contents undefined (the kernel's)
-  Array track_conv_indices;     ///< int64 [tracked rows, W]
-  Array track_ssm_h_src;        ///< int64
-  Array track_ssm_h_dst;        ///< int64
-  Array track_ssm_final_src;    ///< int32
-  Array track_ssm_final_dst;    ///< int64
-  Array track_ssm_seq_idx;      ///< int64 (Mamba2)
-  Array track_ssm_end_locs;     ///< int64 (Mamba2)
+  Array retrieve_parent_token;    ///< eager: int64 [rows, k], contents undefined (the kernel's)
+  Array track_conv_indices;       ///< int64 [tracked rows, W]
+  Array track_ssm_h_src;          ///< int64
+  Array track_ssm_h_dst;          ///< int64
+  Array track_ssm_final_src;      ///< int32
+  Array track_ssm_final_dst;      ///< int64
+  Array track_ssm_seq_idx;        ///< int64 (Mamba2)
+  Array track_ssm_end_locs;       ///< int64 (Mamba2)
   Array track_ssm_recompute_dst;  ///< int64 (Mamba2)
   bool is_target_verify = false;
   int32_t draft_token_num = 1;

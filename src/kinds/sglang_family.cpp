@@ -112,8 +112,8 @@ void plan_track(const Config& c, BuilderKind kind, SglangPlan& g, const SglangSt
     const int64_t len = s.track_seqlens[r] - s.extend_prefix_lens[r];
     if (len < 0 || len > ext)
       reject(fmt::format(
-          "sglang.track_seqlens[{}] = {} tracks outside the row's extend (prefix {}, extend {})",
-          r, s.track_seqlens[r], s.extend_prefix_lens[r], ext));
+          "sglang.track_seqlens[{}] = {} tracks outside the row's extend (prefix {}, extend {})", r,
+          s.track_seqlens[r], s.extend_prefix_lens[r], ext));
     const int32_t t = g.n_tracked++;
     g.tracked[t] = r;
     const int64_t start = g.qsl[r] + floor_div(len, G) * G - W;
@@ -227,8 +227,8 @@ void plan_sglang_common(Ctx& x) {
   p.num_reqs = g.bs;
   if (s.entry == SglangEntry::Eager) {
     g.track_indices = s.track_indices != nullptr;
-    g.has_track_mask = s.track && std::find(s.track_mask.begin(), s.track_mask.end(), true) !=
-                                      s.track_mask.end();
+    g.has_track_mask =
+        s.track && std::find(s.track_mask.begin(), s.track_mask.end(), true) != s.track_mask.end();
     g.is_target_verify = s.forward_mode == SglangMode::TargetVerify;
     g.draft_token_num = s.has_spec_info ? s.draft_token_num : 1;
     plan_eager(x, g, s);
@@ -264,7 +264,8 @@ void pack_sglang_common(Packer& k) {
   if (g.graph) {
     if (bs - g.n_real > 0 || k.counting())
       k.emit_to(nullptr, bs - g.n_real, SglangZeroRows{.refs = refs, .begin = g.n_real});
-    k.emit_to(b.state_indices, bs, SglangSlots{.refs = refs, .rows = kIdentity, .n_real = g.n_real});
+    k.emit_to(b.state_indices, bs,
+              SglangSlots{.refs = refs, .rows = kIdentity, .n_real = g.n_real});
     k.external(Out::SglMambaCacheIndices, b.state_indices, bs, DType::Int32);
     k.emit_to(b.query_start_loc, g.qsl_len, CopyValues{.src = qsl, .n_real = g.qsl_len, .add = 0});
     k.external(Out::SglQueryStartLoc, b.query_start_loc, g.qsl_len, DType::Int32);
@@ -315,8 +316,9 @@ void pack_sglang_common(Packer& k) {
   const int32_t W = k.counting() ? kSglangMaxConvWindow : s->conv_window;
   auto rows_of = [&](std::span<const int32_t> rows, int32_t n) { return k.put(rows.data(), n); };
   const int32_t conv = k.put(g.conv.data(), g.n_tracked * W);
-  FieldView& cv = k.emit(Out::SglTrackConvIndices, false, g.n_tracked * W,
-                         CopyValues{.src = conv, .n_real = g.n_tracked * W, .add = 0}, DType::Int64);
+  FieldView& cv =
+      k.emit(Out::SglTrackConvIndices, false, g.n_tracked * W,
+             CopyValues{.src = conv, .n_real = g.n_tracked * W, .add = 0}, DType::Int64);
   cv.rows = g.n_tracked;
   cv.cols = W;
   const auto track_src = static_cast<int32_t>(SglangSource::TrackIndices);
@@ -335,8 +337,7 @@ void pack_sglang_common(Packer& k) {
     k.emit(Out::SglTrackSsmSeqIdx, false, g.n_re, CopyValues{.src = re, .n_real = g.n_re, .add = 0},
            DType::Int64);
     k.emit(Out::SglTrackSsmEndLocs, false, g.n_re,
-           CopyValues{.src = rows_of(g.re_end, g.n_re), .n_real = g.n_re, .add = 0},
-           DType::Int64);
+           CopyValues{.src = rows_of(g.re_end, g.n_re), .n_real = g.n_re, .add = 0}, DType::Int64);
     k.emit(Out::SglTrackSsmRecomputeDst, false, g.n_re,
            SglangCopy{.refs = refs, .rows = re, .src = track_src}, DType::Int64);
   }

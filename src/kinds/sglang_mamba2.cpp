@@ -21,10 +21,10 @@ namespace {
 
 void check_config(const Config& c) {
   if (c.chunk_size <= 0)
-    reject(fmt::format(
-        "config.chunk_size = {} must be positive for SGLang's Mamba2 (the model's "
-        "mamba_chunk_size)",
-        c.chunk_size));
+    reject(
+        fmt::format("config.chunk_size = {} must be positive for SGLang's Mamba2 (the model's "
+                    "mamba_chunk_size)",
+                    c.chunk_size));
   if (c.mamba_cache_mode != CacheMode::None || c.full_cuda_graph || c.num_spec != 0 ||
       c.prefill_backend != PrefillBackend::Triton || c.prefill_checkpoint_alignment != 0 ||
       !c.chunk_metadata)
@@ -56,10 +56,10 @@ void plan_logical_chunks(SglangPlan& g, int32_t n, int64_t C, int32_t total) {
     const int64_t lo = s / C + p, hi = e / C + p + (e % C > 0);
     for (int64_t j = lo; j < std::min(hi, N); ++j) g.chunk_indices[j] -= static_cast<int32_t>(p);
     if (lo >= N)
-      reject(fmt::format(
-          "sglang: sequence {} starts past the last logical chunk (SGLang's "
-          "_query_start_loc_to_chunk_indices_offsets raises IndexError)",
-          i + 1));
+      reject(
+          fmt::format("sglang: sequence {} starts past the last logical chunk (SGLang's "
+                      "_query_start_loc_to_chunk_indices_offsets raises IndexError)",
+                      i + 1));
     g.chunk_offsets[lo] = static_cast<int32_t>(s % C);
   }
 }
@@ -78,10 +78,10 @@ void plan_mixed(Ctx& x, SglangPlan& g, const SglangStep& s) {
   g.num_prefill_tokens = tokens;
   g.num_decodes = 0;
   if (g.qsl_len < n + 1 || g.qsl[n] - g.qsl[0] != tokens)
-    reject(fmt::format(
-        "sglang: query_start_loc[:{}] does not cover the {} extend tokens (SGLang's "
-        "repeat_interleave fails)",
-        n + 1, tokens));
+    reject(
+        fmt::format("sglang: query_start_loc[:{}] does not cover the {} extend tokens (SGLang's "
+                    "repeat_interleave fails)",
+                    n + 1, tokens));
   std::copy(g.qsl.begin(), g.qsl.begin() + n + 1, x.p.qsl.begin());  // seq_idx's owners
   bool any = false;
   for (int32_t r = 0; r < n; ++r) {

@@ -84,12 +84,13 @@ class Backend:
         from sglang.srt.layers.attention.mamba.mamba2_metadata import ForwardMetadata
 
         own = fields.pop("mamba2_metadata")
-        cls = self.METADATA if own else ForwardMetadata
-        names = _field_names(cls)
         mixed = fields.get("mixed_metadata")
         if mixed is not None and self.MIXED is not None:
-            fields["mixed_metadata"] = self.MIXED(**mixed)
-        return cls(**{k: v for k, v in fields.items() if k in names})
+            fields["mixed_metadata"] = _instance(self.MIXED, mixed)
+        if own:
+            return _instance(self.METADATA, fields)
+        names = _defaults(ForwardMetadata)[1]
+        return _instance(ForwardMetadata, {k: v for k, v in fields.items() if k in names})
 
     def _linmeta_graph(self, bs: int, fb_track_indices, verify_tree: bool):
         """The backend's static buffers of batch size bs (SGLang's init_*_graph_state)."""
@@ -111,14 +112,36 @@ class Backend:
         return getattr(spec, "ragged_verify_layout", None) is not None
 
 
-_FIELDS: dict = {}
+_DEFAULTS: dict = {}
 
 
-def _field_names(cls) -> frozenset:
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = frozenset(f.name for f in dataclasses.fields(cls))
-    return names
+def _defaults(cls):
+    """(the defaults of dataclass `cls`'s fields that have one, every field's name)."""
+    d = _DEFAULTS.get(cls)
+    if d is None:
+        fields = dataclasses.fields(cls)
+        values = {}
+        for f in fields:
+            if f.default is not dataclasses.MISSING:
+                values[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                raise TypeError(f"{cls.__name__}.{f.name} has a default factory")
+        d = _DEFAULTS[cls] = (values, frozenset(f.name for f in fields))
+    return d
+
+
+def _instance(cls, fields: dict):
+    """An instance of SGLang's plain dataclass `cls` holding `fields` (every field without a
+    default among them), the others at their defaults: what cls(**fields) makes, without
+    running its __init__ (SGLang's metadata dataclasses have no __post_init__)."""
+    values, names = _defaults(cls)
+    obj = cls.__new__(cls)
+    d = dict(values)
+    d.update(fields)
+    if len(d) != len(names):
+        raise TypeError(f"{cls.__name__}: fields {sorted(set(d) ^ names)}")
+    object.__setattr__(obj, "__dict__", d)
+    return obj
 
 
 def cpu_capture_batch(bs, num_tokens, req_pool_indices, seq_lens, forward_mode, spec_info):

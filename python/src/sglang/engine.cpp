@@ -86,7 +86,7 @@ class SglangEngine {
   /// HybridReqToTokenPool (its req_index_to_mamba_index_mapping is read on every call);
   /// cache_chunk_size, conv_window, topk: the backend's engine constants.
   SglangEngine(nb::handle builder, nb::object pool, int32_t cache_chunk_size, int32_t conv_window,
-         int32_t topk)
+               int32_t topk)
       : builder_(nb::borrow(builder)), pool_(std::move(pool)) {
     if (!nb::isinstance<PyBuilder>(builder))
       throw nb::type_error("linmeta.sglang: Engine takes a linmeta.MetadataBuilder");
@@ -138,14 +138,16 @@ class SglangEngine {
     s.extend_num_tokens = ent.is_none() ? -1 : to_int32(ent, "extend_num_tokens");
     list(fb, "extend_seq_lens_cpu", ext_, s.extend_seq_lens);
     list(fb, "extend_prefix_lens_cpu", prefix_, s.extend_prefix_lens);
-    nb::object seq_cpu = attr_or_none(fb, "seq_lens_cpu");
-    s.seq_lens = {};
+    nb::object pad = attr_or_none(fb, "num_padding");
+    s.num_padding = pad.is_none() ? -1 : to_int32(pad, "num_padding");
+    s.seq_lens = {};  // read by a replay that counts its padding only
+    nb::object seq_cpu = s.entry == SglangEntry::GraphReplay && s.num_padding < 0
+                             ? attr_or_none(fb, "seq_lens_cpu")
+                             : nb::none();
     if (!seq_cpu.is_none()) {
       const ImportedArray& a = import(seq_cpu, "seq_lens_cpu", false, true);
       s.seq_lens = {static_cast<const int64_t*>(a.data), static_cast<size_t>(a.shape[0])};
     }
-    nb::object pad = attr_or_none(fb, "num_padding");
-    s.num_padding = pad.is_none() ? -1 : to_int32(pad, "num_padding");
     read_spec(fb);
     read_track(fb, bs);
     read_graph(graph);
@@ -190,7 +192,8 @@ class SglangEngine {
       raise_error(std::string("sglang: ") + name + " must be CUDA memory on the cuda target");
     if (on_device && mem.target == Target::Host && !host_mem)
       raise_error(std::string("sglang: ") + name + " must be host memory on the host target");
-    if (!on_device && !host_mem) raise_error(std::string("sglang: ") + name + " must be host memory");
+    if (!on_device && !host_mem)
+      raise_error(std::string("sglang: ") + name + " must be host memory");
     int64_t expect = 1;
     for (int32_t d = a.ndim - 1; d >= 0; --d) {
       if (a.shape[d] > 1 && a.strides[d] != expect)
@@ -243,9 +246,10 @@ class SglangEngine {
     nb::object mask = attr_or_none(fb, "mamba_track_mask");
     nb::object indices = attr_or_none(fb, "mamba_track_indices");
     s.track = !mask.is_none();
-    s.track_indices = indices.is_none()
-                          ? nullptr
-                          : static_cast<const int64_t*>(device(indices, "mamba_track_indices", true));
+    s.track_indices =
+        indices.is_none()
+            ? nullptr
+            : static_cast<const int64_t*>(device(indices, "mamba_track_indices", true));
     s.track_mask = {};
     s.track_seqlens = {};
     track_seqlens_.clear();
@@ -264,8 +268,8 @@ class SglangEngine {
     } else {
       // One copy of both: [mask as int64, seqlens].
       nb::object torch = nb::module_::import_("torch");
-      nb::object both = torch.attr("cat")(
-          nb::make_tuple(mask.attr("to")(seqlens.attr("dtype")), seqlens));
+      nb::object both =
+          torch.attr("cat")(nb::make_tuple(mask.attr("to")(seqlens.attr("dtype")), seqlens));
       std::vector<int64_t> v;
       ints_into(both.attr("tolist")(), v, "mamba_track_mask, mamba_track_seqlens");
       mask_.assign(v.begin(), v.begin() + static_cast<int64_t>(v.size() / 2));
@@ -340,9 +344,9 @@ class SglangEngine {
 void bind_sglang(nb::module_& m) {
   nb::module_ sub = m.def_submodule("sglang", "The native half of linmeta.sglang.");
   nb::class_<SglangEngine>(sub, "Engine", nb::type_slots(GcSlots<SglangEngine>::slots),
-                     nb::is_weak_referenceable(),
-                     "The native half of one linmeta.sglang backend object, over its own "
-                     "linmeta.MetadataBuilder (python/src/sglang/engine.hpp).")
+                           nb::is_weak_referenceable(),
+                           "The native half of one linmeta.sglang backend object, over its own "
+                           "linmeta.MetadataBuilder (python/src/sglang/engine.hpp).")
       .def(nb::init<nb::handle, nb::object, int32_t, int32_t, int32_t>(), "builder"_a, "pool"_a,
            "cache_chunk_size"_a, "conv_window"_a, "topk"_a)
       .def("build", &SglangEngine::build, "forward_batch"_a, "entry"_a, "graph"_a.none());
