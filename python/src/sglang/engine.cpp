@@ -2,6 +2,7 @@
 
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <memory>
@@ -126,10 +127,10 @@ class SglangEngine {
     stream_ = nullptr;
     if (b_->builder.target() == Target::Cuda && !producer_stream(rpi, b_->device_id, stream_))
       raise_error("linmeta.sglang: the cuda target needs torch tensors (DLPack C exchange API)");
-    s.req_pool_indices =
-        const_cast<int64_t*>(static_cast<const int64_t*>(device(rpi, "req_pool_indices", true)));
+    s.req_pool_indices = const_cast<int64_t*>(
+        static_cast<const int64_t*>(device(rpi, "req_pool_indices", true, bs)));
     const nb::object map = pool_.attr("req_index_to_mamba_index_mapping");
-    const ImportedArray& m = import(map, "req_index_to_mamba_index_mapping", true, false);
+    const ImportedArray& m = import(map, "req_index_to_mamba_index_mapping", true, false, 1);
     s.mamba_map = static_cast<const int32_t*>(m.data);
     s.mamba_map_len = m.shape[0];
     nb::object ids = attr_or_none(fb, "input_ids");
@@ -177,12 +178,13 @@ class SglangEngine {
 
  private:
   /// Imports `obj` (kept alive until the call ends); `on_device`: target memory, else host.
+  /// `at_least`: elements the step reads from it (fewer: linmeta.Error, no read past it).
   const ImportedArray& import(nb::handle obj, const char* name, bool on_device, bool int64,
-                              bool boolean = false) {
+                              int64_t at_least = 0) {
     ImportedArray& a = arrays_.emplace_back();
     import_array_into(a, obj, name, stream_);
     const TargetMemory mem = b_->memory();
-    const nb::dlpack::dtype want = boolean ? kBool : int64 ? kInt64 : kInt32;
+    const nb::dlpack::dtype want = int64 ? kInt64 : kInt32;
     if (a.dtype != want)
       throw nb::type_error((std::string("linmeta.sglang: ") + name + " must be " +
                             dtype_name(want) + ", got " + dtype_name(a.dtype))
@@ -200,11 +202,14 @@ class SglangEngine {
         raise_error(std::string("sglang: ") + name + " must be contiguous");
       expect *= a.shape[d];
     }
+    if (expect < at_least)
+      raise_error(std::string("sglang: ") + name + " has " + std::to_string(expect) +
+                  " elements, the step reads " + std::to_string(at_least));
     callers_.push_back({a.data, nb::borrow(obj)});
     return a;
   }
-  const void* device(nb::handle obj, const char* name, bool int64) {
-    return import(obj, name, true, int64).data;
+  const void* device(nb::handle obj, const char* name, bool int64, int64_t at_least) {
+    return import(obj, name, true, int64, at_least).data;
   }
 
   /// A host list attribute into `store` and `span` (empty for None).
@@ -229,14 +234,20 @@ class SglangEngine {
     s.draft_token_num = k.is_none() ? 1 : to_int32(k, "spec_info.draft_token_num");
     nb::object rnt = attr_or_none(spec, "retrieve_next_token");
     nb::object rns = attr_or_none(spec, "retrieve_next_sibling");
-    if (!rnt.is_none()) {
-      const ImportedArray& a = import(rnt, "spec_info.retrieve_next_token", true, true);
-      s.retrieve_next_token = static_cast<const int64_t*>(a.data);
-      s.retrieve_rows = static_cast<int32_t>(a.shape[0]);
-    }
-    if (!rns.is_none())
-      s.retrieve_next_sibling =
-          static_cast<const int64_t*>(device(rns, "spec_info.retrieve_next_sibling", true));
+    const auto tree = [&](const nb::object& t, const char* name) -> const int64_t* {
+      const ImportedArray& a = import(t, name, true, true);
+      if (a.ndim != 2 || a.shape[1] != s.draft_token_num)
+        raise_error(std::string("sglang: ") + name +
+                    " must be [rows, draft_token_num = " + std::to_string(s.draft_token_num) + "]");
+      if (s.retrieve_rows > 0 && a.shape[0] != s.retrieve_rows)
+        raise_error(
+            "sglang: spec_info.retrieve_next_sibling has another row count than "
+            "retrieve_next_token");
+      s.retrieve_rows = static_cast<int32_t>(std::min<int64_t>(a.shape[0], INT32_MAX));
+      return static_cast<const int64_t*>(a.data);
+    };
+    if (!rnt.is_none()) s.retrieve_next_token = tree(rnt, "spec_info.retrieve_next_token");
+    if (!rns.is_none()) s.retrieve_next_sibling = tree(rns, "spec_info.retrieve_next_sibling");
   }
 
   /// Tracking: the host mask and seqlens from the scheduler's lists, else ONE device->host
@@ -249,7 +260,7 @@ class SglangEngine {
     s.track_indices =
         indices.is_none()
             ? nullptr
-            : static_cast<const int64_t*>(device(indices, "mamba_track_indices", true));
+            : static_cast<const int64_t*>(device(indices, "mamba_track_indices", true, bs));
     s.track_mask = {};
     s.track_seqlens = {};
     track_seqlens_.clear();
@@ -284,17 +295,22 @@ class SglangEngine {
     SglangGraphBuffers& g = step_.graph;
     g = SglangGraphBuffers{};
     if (graph.is_none()) return;
-    const auto buf = [&](size_t i, const char* name, bool int64) -> void* {
+    const int64_t bs = step_.batch_size, k = step_.draft_token_num;
+    const auto buf = [&](size_t i, const char* name, bool int64, int64_t n) -> void* {
       nb::object o = graph[i];
       if (o.is_none()) return nullptr;
-      return const_cast<void*>(device(o, name, int64));
+      return const_cast<void*>(device(o, name, int64, n));
     };
-    g.state_indices = static_cast<int32_t*>(buf(0, "state_indices_list[bs - 1]", false));
-    g.query_start_loc = static_cast<int32_t*>(buf(1, "query_start_loc_list[bs - 1]", false));
-    g.track_indices = static_cast<int64_t*>(buf(2, "mamba_track_indices_buf[:bs]", true));
-    g.retrieve_next_token = static_cast<int32_t*>(buf(3, "retrieve_next_token_list", false));
-    g.retrieve_next_sibling = static_cast<int32_t*>(buf(4, "retrieve_next_sibling_list", false));
-    g.retrieve_parent_token = static_cast<int32_t*>(buf(5, "retrieve_parent_token_list", false));
+    g.state_indices = static_cast<int32_t*>(buf(0, "state_indices_list[bs - 1]", false, bs));
+    g.query_start_loc =
+        static_cast<int32_t*>(buf(1, "query_start_loc_list[bs - 1]", false, bs + 1));
+    g.track_indices = static_cast<int64_t*>(buf(2, "mamba_track_indices_buf[:bs]", true, bs));
+    g.retrieve_next_token =
+        static_cast<int32_t*>(buf(3, "retrieve_next_token_list[bs - 1]", false, bs * k));
+    g.retrieve_next_sibling =
+        static_cast<int32_t*>(buf(4, "retrieve_next_sibling_list[bs - 1]", false, bs * k));
+    g.retrieve_parent_token =
+        static_cast<int32_t*>(buf(5, "retrieve_parent_token_list[bs - 1]", false, bs * k));
   }
 
   /// The dict of `members` (composites as dicts); arrays at a caller object's address are
