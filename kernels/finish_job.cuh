@@ -77,6 +77,31 @@ struct TokenOwner {
 /// seq_lens[e], kept for update_block_table (which does not read the caller's again).
 struct KeepSeqLens {};
 
+/// The device arrays of an SGLang step (linmeta/sglang.hpp), stored in the arena (`refs`
+/// is its offset; 8-byte aligned).
+struct SglangRefs {
+  const int32_t* mamba_map;  ///< request-pool row -> state slot
+  int64_t mamba_map_len;
+  int64_t* req_pool_indices;
+  const int64_t* sources[3];  ///< SglangSource
+};
+enum class SglangSource : int32_t { TrackIndices, RetrieveNextToken, RetrieveNextSibling };
+inline constexpr int32_t kSglangRefsWords = sizeof(SglangRefs) / 4;
+/// SGLang's state slot of batch row rows[e] (mamba_map[req_pool_indices[row]]; -1 for a
+/// request-pool row outside the map) for e < n_real, -1 (PAD_SLOT_ID) past it.
+struct SglangSlots {
+  int32_t refs, rows, n_real;
+};
+/// sources[src][rows[e]] (an int64 device array of the step).
+struct SglangCopy {
+  int32_t refs, rows, src;
+};
+/// Side effect, writes no output: req_pool_indices[begin + e] = 0 (graph replay's padded
+/// rows).
+struct SglangZeroRows {
+  int32_t refs, begin;
+};
+
 /// The one list of job flavours: X(description, union member). It generates the JobKind
 /// enumerators, the JobArgs members, run_element's cases, the packer's encoder
 /// (src/pack.cpp) and the host executor's dispatch (src/host_executor.cpp). A new flavour
@@ -94,7 +119,10 @@ struct KeepSeqLens {};
   X(ConvPrograms, conv)           \
   X(CheckpointGather, checkpoint) \
   X(TokenOwner, token_owner)      \
-  X(KeepSeqLens, keep)
+  X(KeepSeqLens, keep)            \
+  X(SglangSlots, sgl_slots)       \
+  X(SglangCopy, sgl_copy)         \
+  X(SglangZeroRows, sgl_zero)
 
 enum class JobKind : int32_t {
 #define LINMETA_JOB_ENUM(S, m) S,
@@ -110,8 +138,12 @@ union JobArgs {
 };
 static_assert(sizeof(JobArgs) == 16, "four words of arguments per job (docs/gpu.md)");
 
+/// Job::per_group of a job writing caller memory: `dst` is the address itself.
+inline constexpr int32_t kExternalDst = 2;
+
 /// One output array to fill: `count` elements of type `dtype` at byte `dst` of the
-/// output block (of each group's region when per_group).
+/// output block (of each group's region when per_group is 1; at address `dst` when it is
+/// kExternalDst).
 struct Job {
   JobKind kind;
   int32_t count;
@@ -236,7 +268,10 @@ LINMETA_HD inline void store(char* base, DType t, int64_t e, int64_t v) {
 
 /// Where job `j` writes the elements of `group`.
 LINMETA_HD inline char* job_base(const LaunchHeader& h, const Job& j, int32_t group) {
-  return h.buffers + j.dst + (j.per_group ? group * h.group_stride : 0);
+  if (j.per_group == kExternalDst)
+    return reinterpret_cast<char*>(
+        static_cast<uintptr_t>(j.dst));  // NOLINT(performance-no-int-to-ptr)
+  return h.buffers + j.dst + (j.per_group == 1 ? group * h.group_stride : 0);
 }
 
 /// vLLM's PAD_SLOT_ID.
@@ -337,6 +372,28 @@ LINMETA_HD inline void element(const KeepSeqLens&, const LaunchHeader& h, const 
   store(base, j.dtype, e, h.seq_lens[e]);
 }
 
+LINMETA_HD inline const SglangRefs& sglang_refs(const int32_t* a, int32_t at) {
+  return *reinterpret_cast<const SglangRefs*>(a + at);
+}
+LINMETA_HD inline void element(const SglangSlots& x, const LaunchHeader&, const int32_t* a,
+                               const Job& j, char* base, int32_t, int32_t e) {
+  int64_t v = kPadSlotId;
+  if (e < x.n_real) {
+    const SglangRefs& r = sglang_refs(a, x.refs);
+    const int64_t req = r.req_pool_indices[row_of(a, x.rows, e)];
+    if (req >= 0 && req < r.mamba_map_len) v = r.mamba_map[req];
+  }
+  store(base, j.dtype, e, v);
+}
+LINMETA_HD inline void element(const SglangCopy& x, const LaunchHeader&, const int32_t* a,
+                               const Job& j, char* base, int32_t, int32_t e) {
+  store(base, j.dtype, e, sglang_refs(a, x.refs).sources[x.src][row_of(a, x.rows, e)]);
+}
+LINMETA_HD inline void element(const SglangZeroRows& x, const LaunchHeader&, const int32_t* a,
+                               const Job&, char*, int32_t, int32_t e) {
+  sglang_refs(a, x.refs).req_pool_indices[x.begin + e] = 0;
+}
+
 LINMETA_HD inline void run_element(const LaunchHeader& h, const int32_t* a, const Job& j,
                                    int32_t group, int32_t e) {
   char* base = job_base(h, j, group);
@@ -358,7 +415,7 @@ LINMETA_HD inline void run_block_element(const LaunchHeader& h, const int32_t* a
   const Job& job = job_at(h, a, j);
   const int32_t per_group = (job.count + kFinishThreads - 1) / kFinishThreads;
   const int32_t local = b - starts[j];
-  const int32_t group = job.per_group ? h.group_begin + local / per_group : 0;
+  const int32_t group = job.per_group == 1 ? h.group_begin + local / per_group : 0;
   const int32_t e = (local % per_group) * kFinishThreads + thread;
   if (e < job.count) run_element(h, a, job, group, e);
 }

@@ -74,6 +74,8 @@ struct BufferLayout {
         return G * S;
       case Cap::GraphTokens:
         return D;
+      case Cap::RowsConv:
+        return R * kSglangMaxConvWindow;
     }
     return 0;
   }

@@ -53,8 +53,8 @@ void run_job(const LaunchHeader& h, const int32_t* arena, const Job& job, int32_
 void run_jobs_on_host(const LaunchHeader& h, const int32_t* arena) {
   for (int32_t j = 0; j < h.num_jobs; ++j) {
     const Job& job = job_at(h, arena, j);
-    const int32_t g0 = job.per_group ? h.group_begin : 0;
-    const int32_t g1 = job.per_group ? h.group_begin + h.group_count : 1;
+    const int32_t g0 = job.per_group == 1 ? h.group_begin : 0;
+    const int32_t g1 = job.per_group == 1 ? h.group_begin + h.group_count : 1;
     for (int32_t g = g0; g < g1; ++g) run_job(h, arena, job, g);
   }
 }

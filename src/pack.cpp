@@ -156,7 +156,7 @@ void Packer::finish(std::span<const TableRef> tables, int32_t group_begin) {
       starts[j] = blocks;
       const Job& job = jobs_[static_cast<size_t>(j)];
       const int32_t per = (job.count + kFinishThreads - 1) / kFinishThreads;
-      blocks += per * (job.per_group ? h.group_count : 1);
+      blocks += per * (job.per_group == 1 ? h.group_count : 1);
     }
     starts[num_jobs_] = blocks;
     h.num_blocks = blocks;
@@ -245,11 +245,18 @@ Array array_of(const OutputSpec& spec, const FieldView& f, const BufferLayout& l
   a.cols = spec.shape == Shape::Pairs                ? 2
            : spec.shape == Shape::Slots && !f.column ? spec_columns(c, p, in.table)
                                                      : 1;
+  if (f.cols > 0) {  // a 2-D array of a kind's own width
+    a.ndim = 2;
+    a.cols = f.cols;
+  }
   switch (f.source) {
     case Source::Buffer:
       a.data = base + l.at(f.buf, group) + f.offset * a.cols * dtype_size(f.dtype);
       break;
     case Source::Plan:
+      a.data = f.host;
+      break;
+    case Source::External:
       a.data = f.host;
       break;
     case Source::Input:

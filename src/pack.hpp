@@ -17,9 +17,10 @@ namespace linmeta::detail {
 
 /// Where an output's data lives.
 enum class Source : int32_t {
-  Buffer,  ///< a buffer of the builder's output block (`buf`)
-  Plan,    ///< host memory of the plan (`host`)
-  Input,   ///< one of the step's own arrays (`input`)
+  Buffer,    ///< a buffer of the builder's output block (`buf`)
+  Plan,      ///< host memory of the plan (`host`)
+  Input,     ///< one of the step's own arrays (`input`)
+  External,  ///< caller memory at `host` (the SGLang kinds' step arrays and graph buffers)
 };
 /// The step arrays an output may be (Cap::Input rows).
 enum class StepInput : int32_t { SeqLens, Accepted, QueryStartLoc, BlockTable, Drafts };
@@ -37,6 +38,7 @@ struct FieldView {
   int64_t rows = 0;
   DType dtype = DType::Int32;
   bool column = false;  ///< a Slots row's first column as a 1-D array
+  int32_t cols = 0;     ///< > 0: a 2-D array [rows, cols] whatever the row's shape
 };
 
 using StepViews = std::array<FieldView, kNumOutputs>;

@@ -45,6 +45,8 @@ class Packer {
   /// non-spec and spec row lists and their cumulative lengths.
   int32_t qsl_at = 0, mask_at = 0, ns_rows_at = kIdentity, sp_rows_at = kIdentity, ns_qsl_at = 0,
           sp_qsl_at = 0;
+  /// Arena offset of the SGLang kinds' SglangRefs (src/kinds/sglang_family.cpp).
+  int32_t sglang_refs_at = 0;
 
   [[nodiscard]] bool counting() const { return arena_.data == nullptr; }
 
@@ -100,23 +102,11 @@ class Packer {
     if (dtype_size(dtype) > dtype_size(output_spec(out).dtype))
       throw InternalError(
           fmt::format("{} written wider than its buffer's element type", output_spec(out).name));
-    if (count > 0 || counting()) {  // count mode: sizes are not known, every job may run
-      if (num_jobs_ == static_cast<int32_t>(jobs_.size()))
-        throw InternalError("job table overflow");
-      Job& job = jobs_[static_cast<size_t>(num_jobs_++)];
-      job = Job{};
-      job.kind = encode(job.args, args);
-      job.count = count;
-      job.dtype = dtype;
-      job.per_group = BufferLayout::per_group(buf) ? 1 : 0;
-      job.dst = l_.dst(buf);
-    }
-    FieldView& v = view(out);
-    v = FieldView{};
+    // count mode: sizes are not known, every job may run
+    if (count > 0 || counting())
+      add_job(args, count, dtype, BufferLayout::per_group(buf) ? 1 : 0, l_.dst(buf));
+    FieldView& v = memory(out, Source::Buffer, nullptr, count, dtype);
     v.buf = buf;
-    v.rows = count;
-    v.dtype = dtype;
-    v.present = true;
     return v;
   }
   FieldView& view(Out out) { return out_.views[static_cast<size_t>(out)]; }
@@ -130,13 +120,7 @@ class Packer {
   /// An array in the plan's host memory.
   template <class T>
   void host(Out out, std::span<T> data, int32_t rows) {
-    FieldView& v = view(out);
-    v = FieldView{};
-    v.present = true;
-    v.source = Source::Plan;
-    v.host = data.data();
-    v.rows = rows;
-    v.dtype = dtype_of<T>();
+    memory(out, Source::Plan, data.data(), rows, dtype_of<T>());
   }
   /// One of the step's own arrays.
   void input(Out out, StepInput which, int32_t rows) {
@@ -146,6 +130,18 @@ class Packer {
     v.source = Source::Input;
     v.input = which;
     v.rows = rows;
+  }
+  /// Adds a job writing `count` elements at `dst`, caller memory (Job kExternalDst), or a job
+  /// that writes no output (dst null: its element function has a side effect of its own).
+  template <class Args>
+  void emit_to(void* dst, int32_t count, const Args& args, DType dtype = DType::Int32) {
+    if (count > 0 || counting())
+      add_job(args, count, dtype, kExternalDst,
+              static_cast<int64_t>(reinterpret_cast<uintptr_t>(dst)));
+  }
+  /// An array in caller memory: `rows` rows (`cols` > 0: [rows, cols]).
+  void external(Out out, const void* data, int64_t rows, DType dtype, int32_t cols = 0) {
+    memory(out, Source::External, data, rows, dtype).cols = cols;
   }
   static FieldView slice(FieldView v, int32_t skip) {
     v.offset += skip;
@@ -157,6 +153,27 @@ class Packer {
   void token_partition();
 
  private:
+  FieldView& memory(Out out, Source source, const void* data, int64_t rows, DType dtype) {
+    FieldView& v = view(out);
+    v = FieldView{};
+    v.present = true;
+    v.source = source;
+    v.host = data;
+    v.rows = rows;
+    v.dtype = dtype;
+    return v;
+  }
+  template <class Args>
+  void add_job(const Args& args, int32_t count, DType dtype, int32_t per_group, int64_t dst) {
+    if (num_jobs_ == static_cast<int32_t>(jobs_.size())) throw InternalError("job table overflow");
+    Job& job = jobs_[static_cast<size_t>(num_jobs_++)];
+    job = Job{};
+    job.kind = encode(job.args, args);
+    job.count = count;
+    job.dtype = dtype;
+    job.per_group = per_group;
+    job.dst = dst;
+  }
   void counts();
   void conv1d();
   void checkpoint_gather(Out state_indices, int32_t cols);
@@ -167,8 +184,8 @@ class Packer {
   const BufferLayout& l_;
   ArenaSpan arena_;
   PackedStep& out_;
-  // At most one job per output row.
-  std::array<Job, kNumOutputs> jobs_{};
+  // At most one job per output row, and a few side effects.
+  std::array<Job, kNumOutputs + 4> jobs_{};
   int32_t num_jobs_ = 0;
   int64_t words_ = 0;
   int32_t num_groups_ = 0;

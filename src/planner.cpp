@@ -73,6 +73,20 @@ void carve_plan(const PlanStorage& storage, Carver& c, StepPlan& p) {
   p.mamba.seq_idx = c.take(storage.mamba_chunks, "seq_idx");
   p.mamba.last_chunk = c.take(R, "last_chunk");
   p.mamba.ckpt_chunk = c.take(R, "ckpt_chunk");
+  // The SGLang kinds (none for the others).
+  const size_t SR = storage.sglang_rows;
+  p.sgl.qsl = c.take(SR > 0 ? SR + 1 : 0, "sgl.qsl");
+  p.sgl.tracked = c.take(SR, "sgl.tracked");
+  p.sgl.conv = c.take(SR * kSglangMaxConvWindow, "sgl.conv");
+  p.sgl.final_rows = c.take(SR, "sgl.final_rows");
+  p.sgl.h_rows = c.take(SR, "sgl.h_rows");
+  p.sgl.h_src = c.take(SR, "sgl.h_src");
+  p.sgl.re_rows = c.take(SR, "sgl.re_rows");
+  p.sgl.re_end = c.take(SR, "sgl.re_end");
+  p.sgl.initial = c.take(SR, "sgl.initial");
+  p.sgl.extend_lens = c.take(SR, "sgl.extend_lens");
+  p.sgl.chunk_indices = c.take(SR > 0 ? storage.mamba_chunks : 0, "sgl.chunk_indices");
+  p.sgl.chunk_offsets = c.take(SR > 0 ? storage.mamba_chunks : 0, "sgl.chunk_offsets");
 }
 
 }  // namespace
@@ -83,6 +97,7 @@ PlanStorage::PlanStorage(const Config& c, BuilderKind kind) {
   // Causal-conv1d metadata: the GDN and Mamba families only.
   conv_total = is_gdn_family(kind) || is_mamba_base(kind) ? static_cast<size_t>(cap.conv_total) : 0;
   mamba_chunks = static_cast<size_t>(cap.mamba_chunks);
+  sglang_rows = is_sglang(kind) ? rows : 0;
   Carver count(nullptr, 0);
   StepPlan scratch;
   carve_plan(*this, count, scratch);
@@ -171,9 +186,10 @@ void plan_checkpoints(Ctx& x) {
 
 void plan_step(const Config& c, BuilderKind kind, const Step& s, bool capture,
                std::span<const BlockTable> tables, StepPlan& p) {
-  validate_step(c, kind, s, capture, tables);
   const KindRules& rules = kind_rules(kind);
   Ctx x{c, kind, rules, s, capture, tables, Capacity::of(c, kind), p};
+  if (rules.own_step) return rules.plan(x);
+  validate_step(c, kind, s, capture, tables);
   p.num_reqs = s.num_reqs;
   p.num_actual_tokens = s.num_actual_tokens;
   p.capture = capture;

@@ -8,6 +8,7 @@
 
 #include "linmeta/config.hpp"
 #include "linmeta/metadata.hpp"
+#include "linmeta/sglang.hpp"
 #include "linmeta/step.hpp"
 #include "validate.hpp"
 
@@ -21,6 +22,7 @@ struct PlanStorage {
   size_t rows = 0;                     ///< R
   size_t conv_total = 0;               ///< conv1d programs of a step (0: the builder has no conv1d)
   size_t mamba_chunks = 0;             ///< Mamba2 SSD chunks of a step
+  size_t sglang_rows = 0;              ///< R for the SGLang kinds, else 0 (no SglangPlan arrays)
   std::vector<int32_t> words;          ///< every int32 array, back to back
   std::vector<int64_t> mlist;          ///< the conv1d program -> sequence list (vLLM's int64)
   std::vector<uint8_t> no_prefilling;  ///< [R] zeros: is_prefilling when absent
@@ -121,6 +123,43 @@ struct MambaPlan {
   bool drafts_given = false;  ///< num_decode_draft_tokens_cpu is the caller's array
 };
 
+/// What the SGLang kinds plan (src/kinds/sglang_family.cpp, sglang_mamba2.cpp; docs/sglang.md).
+struct SglangPlan {
+  const SglangStep* step = nullptr;
+  int32_t bs = 0;
+  bool graph = false;          ///< a graph entry: the arrays are the step's graph buffers
+  bool plain = false;          ///< a plain ForwardMetadata (CPU-graph capture), else the kind's own
+  int32_t n_real = 0;          ///< rows with a state slot (graph replay: bs - num_padding)
+  int32_t qsl_len = 0;         ///< query_start_loc entries (0: None)
+  std::span<int32_t> qsl;      ///< [qsl_len]
+  bool track_indices = false;  ///< mamba_track_indices present
+  bool retrieve_next_token = false, retrieve_next_sibling = false, retrieve_parent_token = false;
+  bool is_target_verify = false;
+  int32_t draft_token_num = 1;
+  bool has_track_mask = false;
+  // Prefix-cache tracking of an extend (docs/sglang.md: _init_track_*_indices).
+  bool track_extend = false;
+  int32_t n_tracked = 0, n_final = 0, n_h = 0, n_re = 0;
+  std::span<int32_t> tracked;     ///< [n_tracked] the tracked rows
+  std::span<int32_t> conv;        ///< [n_tracked * W] track_conv_indices
+  std::span<int32_t> final_rows;  ///< [n_final] chunk-aligned tracked rows
+  std::span<int32_t> h_rows;      ///< [n_h] rows whose state is a chunk state of `h`
+  std::span<int32_t> h_src;       ///< [n_h] its chunk
+  std::span<int32_t> re_rows;     ///< [n_re] Mamba2: rows whose state is recomputed
+  std::span<int32_t> re_end;      ///< [n_re] their end token
+  // Mamba2Metadata.
+  bool decode_counts = false;  ///< prepare_decode (num_decodes = bs)
+  bool mixed = false;          ///< mixed_metadata present (prepare_mixed's extend path)
+  bool mask_indices = false;   ///< mamba_track_mask_indices / conv_states_mask_indices
+  int32_t num_prefills = 0, num_prefill_tokens = 0, num_decodes = 0;
+  std::span<int32_t> initial;      ///< [bs] extend_prefix_lens > 0
+  std::span<int32_t> extend_lens;  ///< [bs] extend_seq_lens_cpu
+  bool prep_initial_states = false;
+  int32_t n_chunks = 0;
+  std::span<int32_t> chunk_indices;  ///< [n_chunks]
+  std::span<int32_t> chunk_offsets;  ///< [n_chunks]
+};
+
 /// One step's plan: what every kind plans, and each family's own part. Every value has its
 /// default here, and a plan is reset by assigning StepPlan(storage): nothing is reset by
 /// hand. The spans point into a PlanStorage.
@@ -165,6 +204,7 @@ struct StepPlan : StepCounts {
 
   GdnPlan gdn;
   MambaPlan mamba;
+  SglangPlan sgl;
 
   /// The widest block-table read (checked for every table, also by update_block_table).
   WidthNeed width;

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""What SGLang 0.5.23's own linear-attention metadata path costs per step, on CPU tensors
-(the reference linmeta.sglang must beat, issue 42). Run with the SGLang venv's python
-(scripts/sglang-env.sh):
+"""What SGLang 0.5.23's own linear-attention metadata path costs per step, on CPU tensors,
+and linmeta.sglang's replacement on the same steps in the same run (issue 42). Run with the
+SGLang venv's python (scripts/sglang-env.sh) and linmeta importable (PYTHONPATH=<a build with
+-DLINMETA_BUILD_PYTHON=ON for that python>/python, as scripts/sglang-diff.sh makes):
 
     ../venv-sglang/bin/python bench/python/bench_sglang.py [--iters 30] [--backend mamba2 ...]
-                                                          [--step decode ...] [--json out.json]
+        [--step decode ...] [--impl sglang --impl linmeta] [--json out.json]
+
+``--impl``: ``sglang`` (SGLang's class), ``linmeta`` (linmeta.sglang's subclass, where linmeta
+serves the backend: Mamba2; on CPU tensors its builder is the host target, the finish jobs
+run inside the call), default both. Each row's ``x`` is SGLang's time over linmeta's.
 
 Per (backend, step): SGLang's backend object is built once (tests/sglang/sglang_world.py:
 the stand-ins of the harness, nothing inside SGLang's code replaced), the step's
@@ -215,10 +220,25 @@ def timed(fn, iters: int, warmup: int):
     return (statistics.median(samples) - statistics.median(empty)) / 1000.0
 
 
-def bench_one(backend: str, name: str, iters: int, warmup: int) -> dict:
+def linmeta_classes() -> dict:
+    """linmeta.sglang's classes by backend (none when linmeta is not importable)."""
+    try:
+        from linmeta.sglang import mamba2
+    except ImportError:
+        return {}
+    return {"mamba2": mamba2.LinmetaMamba2AttnBackend}
+
+
+def bench_one(backend: str, name: str, iters: int, warmup: int, impl: str = "sglang") -> dict:
     chunk = 128 if backend == "mamba2" else 64
     cfg = sw.Config(backend=backend, chunk_size=chunk, cache_chunk_size=256, pool_size=POOL)
-    world = sw.World(cfg)
+    saved = sw.BACKENDS[backend]
+    if impl == "linmeta":
+        sw.BACKENDS[backend] = linmeta_classes()[backend]
+    try:
+        world = sw.World(cfg)
+    finally:
+        sw.BACKENDS[backend] = saved
     try:
         if name == "replay":
             world.backend.init_cuda_graph_state(256, 256)
@@ -228,7 +248,7 @@ def bench_one(backend: str, name: str, iters: int, warmup: int) -> dict:
         ops, parts = count(world, step, fb)
     finally:
         world.close()
-    return {"backend": backend, "step": name, "us": us, "ops": ops,
+    return {"backend": backend, "step": name, "impl": impl, "us": us, "ops": ops,
             "syncs": sum(parts.values()), "sync_parts": parts}
 
 
@@ -238,15 +258,26 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--backend", action="append", choices=BACKENDS)
     ap.add_argument("--step", action="append", choices=STEPS)
+    ap.add_argument("--impl", action="append", choices=("sglang", "linmeta"))
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     rows = []
+    served = linmeta_classes()
     for backend in args.backend or BACKENDS:
         for name in args.step or STEPS:
-            r = bench_one(backend, name, args.iters, args.warmup)
-            rows.append(r)
-            print(f"{backend:10} {name:9} {r['us']:10.1f} us  {r['ops']:6} ops  "
-                  f"{r['syncs']:5} syncs {r['sync_parts']}", flush=True)
+            ours = {}
+            for impl in args.impl or ("sglang", "linmeta"):
+                if impl == "linmeta" and backend not in served:
+                    continue
+                r = bench_one(backend, name, args.iters, args.warmup, impl)
+                ours[impl] = r
+                rows.append(r)
+                ratio = ""
+                if impl == "linmeta" and "sglang" in ours and r["us"] > 0:
+                    r["x"] = ours["sglang"]["us"] / r["us"]
+                    ratio = f"  {r['x']:8.1f}x"
+                print(f"{backend:10} {name:9} {impl:7} {r['us']:10.1f} us  {r['ops']:6} ops  "
+                      f"{r['syncs']:5} syncs{ratio} {r['sync_parts']}", flush=True)
     meta = {"sglang": sw.SGLANG_VERSION, "torch": torch.__version__,
             "machine": platform.processor() or platform.machine(),
             "date": time.strftime("%Y-%m-%d", time.gmtime()), "iters": args.iters,

@@ -56,6 +56,9 @@ enum class BuilderFamily : int32_t {
   /// A model's own builder on vLLM's plain AttentionMetadataBuilder: per-token metadata, no
   /// state slots, no decode / prefill split
   Attention,
+  /// SGLang 0.5.23's MambaAttnBackendBase subclasses (linmeta/sglang.hpp, docs/sglang.md):
+  /// the step is Step::sglang, the metadata Metadata::sglang
+  Sglang,
 };
 
 /// The one list of builder kinds, X(Enumerator, "name", family), each vLLM's class of that
@@ -70,6 +73,7 @@ enum class BuilderFamily : int32_t {
 ///  BailingLinear  BailingLinearAttentionMetadataBuilder  (Bailing / Ling hybrids)
 ///  PleShortConv   PleShortConvAttentionMetadataBuilder   (LFM2's PLE variant)
 ///  Inkling    InklingSconvMetadataBuilder            (Inkling's short-conv streams)
+///  SglangMamba2   SGLang's Mamba2AttnBackend             (SGLang: Nemotron-H, Falcon-H1, ...)
 /// It generates BuilderKind, kNumBuilderKinds, the family predicates below,
 /// names::kBuilderKinds (the name case files, the bench and Python use), the
 /// <Enumerator>MetadataBuilder aliases (builder.hpp) and the kind table of the library
@@ -84,7 +88,8 @@ enum class BuilderFamily : int32_t {
   X(Linear, "linear", Linear)                \
   X(BailingLinear, "bailing_linear", Linear) \
   X(PleShortConv, "ple_short_conv", Mamba)   \
-  X(Inkling, "inkling", Attention)
+  X(Inkling, "inkling", Attention)           \
+  X(SglangMamba2, "sglang_mamba2", Sglang)
 
 enum class BuilderKind : int32_t {
 #define LINMETA_KIND_ENUMERATOR(K, name, family) K,
@@ -116,6 +121,11 @@ inline constexpr int32_t kNumBuilderKinds = 0 LINMETA_BUILDER_KINDS(LINMETA_KIND
 /// The linear-attention builders of linear_attn.py (no causal-conv1d metadata).
 [[nodiscard]] constexpr bool is_linear_attention(BuilderKind k) {
   return in_family(k, BuilderFamily::Linear);
+}
+
+/// SGLang's backends (linmeta/sglang.hpp): the step is Step::sglang.
+[[nodiscard]] constexpr bool is_sglang(BuilderKind k) {
+  return in_family(k, BuilderFamily::Sglang);
 }
 
 /// Where the builder runs and where its arrays live.

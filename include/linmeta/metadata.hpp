@@ -8,6 +8,7 @@
 
 #include "linmeta/array.hpp"
 #include "linmeta/config.hpp"
+#include "linmeta/sglang.hpp"
 #include "linmeta/step.hpp"
 
 namespace linmeta {
@@ -164,6 +165,9 @@ struct Metadata : StepCounts {
   BlockTable block_table;  ///< the step's block table of this group (caller memory)
   Array seq_idx;           ///< [padded tokens]: each token's request; 0 past the real tokens
   Array query_start;       ///< [padded tokens]: its request's first token; 0 past them
+
+  /// The SGLang kinds' metadata (linmeta/sglang.hpp).
+  std::optional<SglangMetadata> sglang;
 
   /// The spec-decode rows' arrays are the persistent FULL-graph buffers (vLLM copies them
   /// into its own int32 buffers then: its num_accepted_tokens is int32 whatever the caller's

@@ -47,7 +47,8 @@ enum class Cap : int32_t {
   Graph,             ///< G
   GraphPlus1,        ///< G + 1
   GraphSpec,         ///< G * S
-  GraphTokens        ///< D
+  GraphTokens,       ///< D
+  RowsConv           ///< R * kSglangMaxConvWindow (SGLang's track_conv_indices)
 };
 
 /// Which builders fill a field: a mask of BuilderKind bits.
@@ -61,6 +62,8 @@ inline constexpr uint32_t L = 1U << static_cast<int>(BuilderKind::Linear);
 inline constexpr uint32_t BL = 1U << static_cast<int>(BuilderKind::BailingLinear);
 inline constexpr uint32_t PSC = 1U << static_cast<int>(BuilderKind::PleShortConv);
 inline constexpr uint32_t INK = 1U << static_cast<int>(BuilderKind::Inkling);
+inline constexpr uint32_t SM2 = 1U << static_cast<int>(BuilderKind::SglangMamba2);
+inline constexpr uint32_t SGL = SM2;                ///< the SGLang kinds (Metadata::sglang)
 inline constexpr uint32_t GK = G | K;               ///< GDN and KDA
 inline constexpr uint32_t GKP = GK | PSC;           ///< the speculative split's fields
 inline constexpr uint32_t MB = M2 | M1 | SC | PSC;  ///< the Mamba base builders
@@ -90,6 +93,75 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
     m.parent ? &m.parent->request_rows : nullptr)                                  \
   X(Id##BlockCols, name ".block_cols", kinds, Int64, Vec, Batch, Rows, None,       \
     m.parent ? &m.parent->block_cols : nullptr)
+
+#define LINMETA_SGL(x) m.sglang ? &m.sglang->x : nullptr
+#define LINMETA_SGL_MIXED(x) \
+  m.sglang&& m.sglang->mixed_metadata ? &m.sglang->mixed_metadata->x : nullptr
+/// The SGLang kinds' rows (linmeta/sglang.hpp): SGLang's field names under "sglang.".
+#define LINMETA_SGLANG_ROWS(X)                                                                     \
+  X(Sglang, "sglang", SGL, Int32, Vec, Batch, None, None, &m.sglang)                               \
+  X(SglMamba2Metadata, "sglang.mamba2_metadata", SGL, Bool, Vec, Batch, None, None,                \
+    LINMETA_SGL(mamba2_metadata))                                                                  \
+  X(SglQueryStartLoc, "sglang.query_start_loc", SGL, Int32, Vec, Batch, RowsPlus1, None,           \
+    LINMETA_SGL(query_start_loc))                                                                  \
+  X(SglMambaCacheIndices, "sglang.mamba_cache_indices", SGL, Int32, Vec, Batch, Rows, None,        \
+    LINMETA_SGL(mamba_cache_indices))                                                              \
+  X(SglMambaTrackIndices, "sglang.mamba_track_indices", SGL, Int64, Vec, Batch, Input, None,       \
+    LINMETA_SGL(mamba_track_indices))                                                              \
+  X(SglRetrieveNextToken, "sglang.retrieve_next_token", SGL, Int64, Vec, Batch, Input, None,       \
+    LINMETA_SGL(retrieve_next_token))                                                              \
+  X(SglRetrieveNextSibling, "sglang.retrieve_next_sibling", SGL, Int64, Vec, Batch, Input, None,   \
+    LINMETA_SGL(retrieve_next_sibling))                                                            \
+  X(SglRetrieveParentToken, "sglang.retrieve_parent_token", SGL, Int64, Vec, Batch, Tokens, None,  \
+    LINMETA_SGL(retrieve_parent_token))                                                            \
+  X(SglTrackConvIndices, "sglang.track_conv_indices", SGL, Int64, Vec, Batch, RowsConv, None,      \
+    LINMETA_SGL(track_conv_indices))                                                               \
+  X(SglTrackSsmHSrc, "sglang.track_ssm_h_src", SGL, Int64, Vec, Batch, Rows, None,                 \
+    LINMETA_SGL(track_ssm_h_src))                                                                  \
+  X(SglTrackSsmHDst, "sglang.track_ssm_h_dst", SGL, Int64, Vec, Batch, Rows, None,                 \
+    LINMETA_SGL(track_ssm_h_dst))                                                                  \
+  X(SglTrackSsmFinalSrc, "sglang.track_ssm_final_src", SGL, Int32, Vec, Batch, Rows, None,         \
+    LINMETA_SGL(track_ssm_final_src))                                                              \
+  X(SglTrackSsmFinalDst, "sglang.track_ssm_final_dst", SGL, Int64, Vec, Batch, Rows, None,         \
+    LINMETA_SGL(track_ssm_final_dst))                                                              \
+  X(SglTrackSsmSeqIdx, "sglang.track_ssm_seq_idx", SM2, Int64, Vec, Batch, Rows, None,             \
+    LINMETA_SGL(track_ssm_seq_idx))                                                                \
+  X(SglTrackSsmEndLocs, "sglang.track_ssm_end_locs", SM2, Int64, Vec, Batch, Rows, None,           \
+    LINMETA_SGL(track_ssm_end_locs))                                                               \
+  X(SglTrackSsmRecomputeDst, "sglang.track_ssm_recompute_dst", SM2, Int64, Vec, Batch, Rows, None, \
+    LINMETA_SGL(track_ssm_recompute_dst))                                                          \
+  X(SglIsTargetVerify, "sglang.is_target_verify", SGL, Bool, Vec, Batch, None, None,               \
+    LINMETA_SGL(is_target_verify))                                                                 \
+  X(SglDraftTokenNum, "sglang.draft_token_num", SGL, Int32, Vec, Batch, None, None,                \
+    LINMETA_SGL(draft_token_num))                                                                  \
+  X(SglHasMambaTrackMask, "sglang.has_mamba_track_mask", SGL, Bool, Vec, Batch, None, None,        \
+    LINMETA_SGL(has_mamba_track_mask))                                                             \
+  X(SglMambaTrackMaskIndices, "sglang.mamba_track_mask_indices", SGL, Int64, Vec, Batch, Rows,     \
+    None, LINMETA_SGL(mamba_track_mask_indices))                                                   \
+  X(SglConvStatesMaskIndices, "sglang.conv_states_mask_indices", SGL, Int64, Vec, Batch, Rows,     \
+    None, LINMETA_SGL(conv_states_mask_indices))                                                   \
+  X(SglNumPrefills, "sglang.num_prefills", SM2, Int32, Vec, Batch, None, None,                     \
+    LINMETA_SGL(num_prefills))                                                                     \
+  X(SglNumPrefillTokens, "sglang.num_prefill_tokens", SM2, Int32, Vec, Batch, None, None,          \
+    LINMETA_SGL(num_prefill_tokens))                                                               \
+  X(SglNumDecodes, "sglang.num_decodes", SM2, Int32, Vec, Batch, None, None,                       \
+    LINMETA_SGL(num_decodes))                                                                      \
+  X(SglMixed, "sglang.mixed_metadata", SM2, Int32, Vec, Batch, None, None,                         \
+    LINMETA_SGL(mixed_metadata))                                                                   \
+  X(SglHasInitialStates, "sglang.mixed_metadata.has_initial_states", SM2, Bool, Vec, Batch, Rows,  \
+    None, LINMETA_SGL_MIXED(has_initial_states))                                                   \
+  X(SglPrepInitialStates, "sglang.mixed_metadata.prep_initial_states", SM2, Bool, Vec, Batch,      \
+    None, None, LINMETA_SGL_MIXED(prep_initial_states))                                            \
+  X(SglChunkSize, "sglang.mixed_metadata.chunk_size", SM2, Int32, Vec, Batch, None, None,          \
+    LINMETA_SGL_MIXED(chunk_size))                                                                 \
+  X(SglSeqIdx, "sglang.mixed_metadata.seq_idx", SM2, Int32, Vec, Batch, Tokens, None,              \
+    LINMETA_SGL_MIXED(seq_idx))                                                                    \
+  X(SglChunkIndices, "sglang.mixed_metadata.chunk_indices", SM2, Int32, Vec, Batch, MambaChunks,   \
+    None, LINMETA_SGL_MIXED(chunk_indices))                                                        \
+  X(SglChunkOffsets, "sglang.mixed_metadata.chunk_offsets", SM2, Int32, Vec, Batch, MambaChunks,   \
+    None, LINMETA_SGL_MIXED(chunk_offsets))                                                        \
+  X(SglExtendSeqLensCpu, "sglang.mixed_metadata.extend_seq_lens_cpu", SM2, Int32, List, Batch,     \
+    Host, None, LINMETA_SGL_MIXED(extend_seq_lens_cpu))
 
 /// X(id, name, kinds, dtype, shape, scope, eager capacity, staged capacity, member):
 /// `name` is vLLM's (dotted inside composites), `kinds` the builders that have the field,
@@ -240,6 +312,7 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
   X(BlockTable, "block_table", INK, Int32, Vec, Group, Input, None, &m.block_table)                \
   X(SeqIdx, "seq_idx", INK, Int32, Vec, Batch, Tokens, None, &m.seq_idx)                           \
   X(QueryStart, "query_start", INK, Int32, Vec, Batch, Tokens, None, &m.query_start)               \
+  LINMETA_SGLANG_ROWS(X)                                                                           \
   X(KeptSeqLens, "", All, Int32, Vec, Batch, Rows, None, nullptr)
 
 /// Row ids of the output table.

@@ -6,6 +6,8 @@
 
 namespace linmeta {
 
+struct SglangStep;  // linmeta/sglang.hpp
+
 /// A [rows, width] int32 block table; row r starts at data + r * row_stride
 /// (1 <= width <= row_stride <= INT32_MAX). On the cuda target `data` is device
 /// memory, on the host target host memory.
@@ -41,6 +43,9 @@ struct Step {
   /// (query lengths) and KDA RecoverSSM (all ones, SPEC §8).
   const int32_t* num_accepted_tokens = nullptr;
   BlockTable block_table;  ///< this group's table, [num_reqs, width]
+
+  /// The SGLang kinds' step (linmeta/sglang.hpp); they read nothing else of the Step.
+  const SglangStep* sglang = nullptr;
 };
 
 }  // namespace linmeta

@@ -25,6 +25,7 @@ from ._linmeta import (
     NULL_BLOCK_ID,
     OUTPUT_FIELDS,
     PAD_SLOT_ID,
+    SGLANG_KINDS,
     Error,
     Metadata,
     MetadataBuilder,
@@ -38,7 +39,8 @@ def _kind_class(kind: str, name: str):
     def __init__(self, **kwargs):
         MetadataBuilder.__init__(self, kind, **kwargs)
 
-    doc = f"MetadataBuilder('{kind}', **kwargs): vLLM's {name.replace('MetadataBuilder', '')} builder."
+    engine = "SGLang's backend" if kind in SGLANG_KINDS else "vLLM's builder"
+    doc = f"MetadataBuilder('{kind}', **kwargs): {engine} {name.replace('MetadataBuilder', '')}."
     return type(name, (MetadataBuilder,), {"__init__": __init__, "__doc__": doc})
 
 
@@ -85,6 +87,7 @@ def step_kwargs(common_attn_metadata, num_accepted_tokens=None, num_decode_draft
 
 __all__ = [
     "BUILDER_KINDS",
+    "SGLANG_KINDS",
     "CONV_BLOCK",
     "Error",
     "FLA_CHUNK_SIZE",

@@ -51,6 +51,9 @@ struct KindRules {
   bool device_query_start_loc = false;
 
   // ---- planning (plan_step) and packing (pack_step)
+  /// The kind reads a step of its own (the SGLang kinds: Step::sglang): plan_step skips the
+  /// shared validation and inputs, and `plan` validates the whole step.
+  bool own_step = false;
   void (*plan)(Ctx&) = nullptr;
   /// The block-table gathers (also update_block_table's), then every other field.
   void (*pack_gathers)(Packer&) = nullptr;
@@ -75,6 +78,11 @@ struct KindRules {
   void (*plan_prefill)(Ctx&) = nullptr;
   /// The kind's own fields, after the family's (or null).
   void (*pack_extra)(Packer&) = nullptr;
+
+  // ---- the SGLang kinds (sglang_family.cpp)
+  /// Prefix-cache tracking reads SSM states off one chunk grid over the flattened batch
+  /// (SGLang's Mamba2), recomputing those off it; else per-sequence chunk grids.
+  bool sglang_flat_chunk_grid = false;
 };
 
 /// The rows in BuilderKind order (kind_table.cpp).

@@ -17,7 +17,8 @@ TEST(KindTable, EveryKindHasItsOwnRow) {
     EXPECT_EQ(rules.kind, kind);
     EXPECT_EQ(in_family(kind, BuilderFamily::Gdn) + in_family(kind, BuilderFamily::Mamba) +
                   in_family(kind, BuilderFamily::Linear) +
-                  in_family(kind, BuilderFamily::Attention),
+                  in_family(kind, BuilderFamily::Attention) +
+                  in_family(kind, BuilderFamily::Sglang),
               1);
     EXPECT_NE(rules.plan, nullptr);
     EXPECT_NE(rules.pack_gathers, nullptr);

@@ -16,6 +16,7 @@
 #include "host_step.hpp"
 #include "linmeta/names.hpp"
 #include "random_step.hpp"
+#include "sglang_step.hpp"
 
 namespace {
 
@@ -301,6 +302,51 @@ TEST(NoAlloc, FixedConfigsManyGroups) {
     EXPECT_EQ(CountAllocations::frees(), 0);
     EXPECT_NE(checksum, -1);
   }
+}
+
+/// The SGLang kind (linmeta/sglang.hpp): every entry point, tracking and tree verify included.
+TEST(NoAlloc, SglangMamba2EveryEntry) {
+  Config c;
+  c.max_num_seqs = 64;
+  c.max_num_batched_tokens = 4096;
+  c.chunk_size = 8;
+  SglangMamba2MetadataBuilder b(c);
+  std::vector<std::unique_ptr<test::SglStep>> steps;
+  const auto add = [&]() -> test::SglStep& { return *steps.emplace_back(new test::SglStep); };
+  add().rows(40);  // decode
+  test::SglStep& mixed = add();
+  mixed.extend({{0, 300}, {1024, 70}, {5, 33}, {90, 1}, {91, 1}}, SglangMode::Mixed);
+  mixed.track();
+  test::SglStep& verify = add();
+  verify.rows(6);
+  verify.s.forward_mode = verify.s.logical_mode = SglangMode::TargetVerify;
+  verify.s.has_spec_info = true;
+  verify.s.topk = 2;
+  verify.s.draft_token_num = 4;
+  verify.s.num_tokens = 24;
+  verify.rnt.assign(24, 1);
+  verify.rns.assign(24, -1);
+  verify.s.retrieve_next_token = verify.rnt.data();
+  verify.s.retrieve_next_sibling = verify.rns.data();
+  verify.s.retrieve_rows = 6;
+  for (const SglangEntry entry :
+       {SglangEntry::GraphReplay, SglangEntry::GraphCapture, SglangEntry::CpuGraphCapture}) {
+    test::SglStep& g = add();
+    g.rows(12);
+    g.s.num_padding = entry == SglangEntry::GraphReplay ? 3 : -1;
+    g.track_indices.assign(12, 9);
+    g.s.track_indices = entry == SglangEntry::CpuGraphCapture ? nullptr : g.track_indices.data();
+    g.graph(entry);
+  }
+  for (const auto& st : steps) b.build(st->step);
+  int64_t checksum = 0;
+  CountAllocations count;
+  for (int round = 0; round < 3; ++round)
+    for (const auto& st : steps) checksum += b.build(st->step).sglang->num_decodes;
+  count.stop();
+  EXPECT_EQ(CountAllocations::allocs(), 0);
+  EXPECT_EQ(CountAllocations::frees(), 0);
+  EXPECT_NE(checksum, -1);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "../sglang/engine.hpp"
 #include "../vllm/engine.hpp"
 #include "arrays.hpp"
 #include "config_args.hpp"
@@ -235,6 +236,10 @@ NB_MODULE(_linmeta, m) {
   for (const auto& [kind, name] : names::kBuilderKinds)
     kinds.append(nb::str(name.data(), name.size()));
   m.attr("BUILDER_KINDS") = nb::tuple(kinds);
+  nb::list sglang_kinds;  // the kinds that take SGLang's steps (linmeta/sglang.hpp)
+  for (const auto& [kind, name] : names::kBuilderKinds)
+    if (is_sglang(kind)) sglang_kinds.append(nb::str(name.data(), name.size()));
+  m.attr("SGLANG_KINDS") = nb::tuple(sglang_kinds);
   m.def(
       "cuda_available",
       []() {
@@ -352,4 +357,5 @@ NB_MODULE(_linmeta, m) {
       });
 
   bind_vllm(m);
+  bind_sglang(m);
 }

@@ -1,0 +1,145 @@
+// SGLang's linear-attention metadata (docs/sglang.md): the step one of SGLang 0.5.23's
+// MambaAttnBackendBase entry points sees (SglangStep, Step::sglang) and what it computes
+// (SglangMetadata, Metadata::sglang). The kinds of the Sglang family (config.hpp) take it.
+//
+// SGLang's batches differ from vLLM's: rows are never reordered (a MIXED step is the
+// prefills, then the running decodes as 1-token extends), state slots come from a
+// request -> slot map indexed by each row's request-pool row (not a block table), and the
+// CUDA-graph entries write into the backend's own static buffers, which the metadata then
+// is.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "linmeta/array.hpp"
+
+namespace linmeta {
+
+/// SGLang's ForwardMode members the linear-attention backends serve.
+enum class SglangMode : int32_t { Extend, Decode, Mixed, Idle, TargetVerify, DraftExtendV2 };
+
+/// Which backend entry point runs the step.
+enum class SglangEntry : int32_t {
+  Eager,            ///< init_forward_metadata
+  GraphCapture,     ///< init_forward_metadata_out_graph(fb, in_capture=True)
+  GraphReplay,      ///< init_forward_metadata_out_graph(fb)
+  CpuGraphCapture,  ///< init_forward_metadata_capture_cpu_graph
+};
+
+/// The backend's static graph buffers of the step's batch size bs (the graph entries write
+/// into them and the metadata's arrays are views of them). Target memory.
+struct SglangGraphBuffers {
+  int32_t* state_indices = nullptr;    ///< state_indices_list[bs - 1], int32 [bs]
+  int32_t* query_start_loc = nullptr;  ///< query_start_loc_list[bs - 1], int32 [bs + 1]
+  /// mamba_track_indices_buf, int64 [>= bs] (graph entries of a tracked batch)
+  int64_t* track_indices = nullptr;
+  /// retrieve_{next_token,next_sibling,parent_token}_list[bs - 1], int32 [bs, k]
+  /// (tree verify: topk > 1)
+  int32_t* retrieve_next_token = nullptr;
+  int32_t* retrieve_next_sibling = nullptr;
+  int32_t* retrieve_parent_token = nullptr;
+};
+
+/// Upper bound of SglangStep::conv_window (the conv state's window, kernel width - 1).
+inline constexpr int32_t kSglangMaxConvWindow = 16;
+
+/// One SGLang step as its ForwardBatch holds it. Host spans are read during build() only;
+/// device pointers (target memory) are read, and req_pool_indices written, by the work
+/// build() enqueues.
+struct SglangStep {
+  SglangEntry entry = SglangEntry::Eager;
+  SglangMode forward_mode = SglangMode::Decode;
+  /// ForwardBatch.logical_forward_mode: Decode for a decode batch relabelled Extend under
+  /// DP attention, else forward_mode.
+  SglangMode logical_mode = SglangMode::Decode;
+  int32_t batch_size = 0;
+  /// input_ids.shape[0] (target verify's query_start_loc steps up to it).
+  int32_t num_tokens = 0;
+  /// forward_batch.extend_num_tokens; -1: None.
+  int32_t extend_num_tokens = -1;
+
+  // Engine constants (the backend's, fixed at construction).
+  int32_t cache_chunk_size = 0;  ///< mamba_cache_chunk_size(): the tracking grid G
+  int32_t conv_window = 0;       ///< conv_states_shape[-1]: W in [1, kSglangMaxConvWindow]
+  int32_t topk = 0;              ///< speculative_eagle_topk (0: off)
+
+  // Speculative input (spec_info).
+  bool has_spec_info = false;
+  int32_t draft_token_num = 1;  ///< spec_info.draft_token_num
+
+  // Host arrays.
+  std::span<const int32_t> extend_seq_lens;     ///< extend_seq_lens_cpu [bs] or empty (None)
+  std::span<const int32_t> extend_prefix_lens;  ///< extend_prefix_lens_cpu [bs] or empty
+  std::span<const int64_t> seq_lens;            ///< seq_lens_cpu [bs] (replay counts padding)
+  /// Replay: forward_batch.num_padding; -1: absent (counted as seq_lens == 1).
+  int32_t num_padding = -1;
+
+  // Prefix-cache tracking: mamba_track_mask as host memory (the scheduler's
+  // mamba_prefill_track_mask_cpu, or one explicit copy of the device mask).
+  bool track = false;                      ///< mamba_track_mask is set
+  std::span<const bool> track_mask;        ///< [bs]
+  std::span<const int64_t> track_seqlens;  ///< mamba_track_seqlens [bs], or empty (None)
+
+  // Device arrays.
+  const int32_t* mamba_map = nullptr;  ///< req_index_to_mamba_index_mapping
+  int64_t mamba_map_len = 0;
+  int64_t* req_pool_indices = nullptr;     ///< [bs]; replay zeroes the padded rows
+  const int64_t* track_indices = nullptr;  ///< mamba_track_indices [bs] (track)
+  /// Tree verify: spec_info.retrieve_next_{token,sibling}, int64 [retrieve_rows, k]; null: None.
+  const int64_t* retrieve_next_token = nullptr;
+  const int64_t* retrieve_next_sibling = nullptr;
+  int32_t retrieve_rows = 0;
+
+  /// Graph entries: the backend's static buffers of this batch size.
+  SglangGraphBuffers graph;
+};
+
+/// Mamba2Metadata.MixedMetadata (SGLang's mamba2_metadata.py).
+struct SglangMixedMetadata {
+  Array has_initial_states;  ///< bool [bs]
+  bool prep_initial_states = false;
+  int32_t chunk_size = 0;
+  Array seq_idx;              ///< int32 [1, tokens]
+  Array chunk_indices;        ///< int32 [logical chunks], with prep_initial_states
+  Array chunk_offsets;        ///< int32 [logical chunks], with prep_initial_states
+  Array extend_seq_lens_cpu;  ///< host memory, int32 [bs] (SGLang's list)
+
+  bool operator==(const SglangMixedMetadata&) const = default;
+};
+
+/// SGLang's ForwardMetadata and Mamba2Metadata fields (mamba2_metadata.py); those absent are
+/// None (or their dataclass default) in SGLang's object.
+struct SglangMetadata {
+  /// The object is a Mamba2Metadata (else a plain ForwardMetadata: Mamba2's CPU-graph
+  /// capture, which SGLang does not override).
+  bool mamba2_metadata = false;
+  Array query_start_loc;      ///< int32
+  Array mamba_cache_indices;  ///< int32 [bs]
+  Array mamba_track_indices;  ///< int64 [bs]: the step's (eager) or the graph buffer
+  Array retrieve_next_token;  ///< [rows, k]: int64 (eager: the step's), int32 (graph buffers)
+  Array retrieve_next_sibling;
+  Array retrieve_parent_token;    ///< eager: int64 [rows, k], contents undefined (the kernel's)
+  Array track_conv_indices;       ///< int64 [tracked rows, W]
+  Array track_ssm_h_src;          ///< int64
+  Array track_ssm_h_dst;          ///< int64
+  Array track_ssm_final_src;      ///< int32
+  Array track_ssm_final_dst;      ///< int64
+  Array track_ssm_seq_idx;        ///< int64 (Mamba2)
+  Array track_ssm_end_locs;       ///< int64 (Mamba2)
+  Array track_ssm_recompute_dst;  ///< int64 (Mamba2)
+  bool is_target_verify = false;
+  int32_t draft_token_num = 1;
+  bool has_mamba_track_mask = false;
+  Array mamba_track_mask_indices;  ///< int64
+  Array conv_states_mask_indices;  ///< int64
+  int32_t num_prefills = 0;
+  int32_t num_prefill_tokens = 0;
+  int32_t num_decodes = 0;
+  std::optional<SglangMixedMetadata> mixed_metadata;
+
+  bool operator==(const SglangMetadata&) const = default;
+};
+
+}  // namespace linmeta

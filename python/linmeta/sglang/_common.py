@@ -1,0 +1,160 @@
+"""What linmeta.sglang's backend classes share: one engine per backend object over its own
+linmeta builder, the entry points as one native call each, the objects SGLang's code reads
+(docs/sglang.md). Python adapts objects only; every rule is the core's (src/kinds/sglang_*)."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+from .._linmeta import MetadataBuilder
+from .._linmeta import sglang as _native
+
+# SglangEntry (linmeta/sglang.hpp).
+EAGER, GRAPH_CAPTURE, GRAPH_REPLAY, CPU_GRAPH_CAPTURE = 0, 1, 2, 3
+
+#: Capacities of a first builder; a larger step makes a builder twice as large (a rare
+#: allocation outside the steady state).
+MIN_ROWS = 256
+MIN_TOKENS = 8192
+
+
+class Backend:
+    """Mixin for a subclass of one of SGLang's MambaAttnBackendBase classes.
+
+    ``KIND``: linmeta's builder kind; ``METADATA``: SGLang's metadata class of the kind's
+    object, ``MIXED``: its nested class (or None)."""
+
+    KIND: str
+    METADATA: type
+    MIXED: type | None = None
+
+    def _linmeta_supported(self) -> bool:
+        """What linmeta does not serve stays SGLang's (docs/sglang.md, "Not served"): the
+        unified memory pool (virtual slot ids), ReplaySSM."""
+        ok = getattr(self, "_linmeta_ok", None)
+        if ok is None:
+            pool = self.req_to_token_pool
+            ok = (
+                not self.enable_unified_memory
+                and getattr(pool, "mamba_v2p_table", None) is None
+                and not self._replayssm_enabled()
+            )
+            self._linmeta_ok = ok
+        return ok
+
+    def _linmeta_engine(self, rows: int, tokens: int):
+        eng = getattr(self, "_linmeta", None)
+        if eng is not None and rows <= self._linmeta_rows and tokens <= self._linmeta_tokens:
+            return eng
+        r = max(MIN_ROWS, rows, getattr(self, "_linmeta_rows", 0) * (2 if eng else 1))
+        t = max(MIN_TOKENS, tokens, getattr(self, "_linmeta_tokens", 0) * (2 if eng else 1))
+        import torch
+
+        cuda = torch.device(self.device).type == "cuda"
+        builder = MetadataBuilder(
+            self.KIND,
+            max_num_seqs=r,
+            max_num_batched_tokens=t,
+            chunk_size=self.mamba_chunk_size,
+            target="cuda" if cuda else "host",
+            array_type="torch",
+        )
+        from sglang.srt.runtime_context import mamba_cache_chunk_size  # noqa: PLC0415
+
+        eng = _native.Engine(
+            builder,
+            self.req_to_token_pool,
+            int(mamba_cache_chunk_size()),
+            int(self.conv_states_shape[-1]),
+            int(self.topk),
+        )
+        self._linmeta, self._linmeta_rows, self._linmeta_tokens = eng, r, t
+        return eng
+
+    def _linmeta_build(self, fb, entry: int, graph):
+        tokens = fb.extend_num_tokens or 0
+        ids = getattr(fb, "input_ids", None)
+        if ids is not None:
+            tokens = max(tokens, ids.shape[0])
+        fields = self._linmeta_engine(fb.batch_size, tokens).build(fb, entry, graph)
+        return self._linmeta_object(fields)
+
+    def _linmeta_object(self, fields: dict):
+        from sglang.srt.layers.attention.mamba.mamba2_metadata import ForwardMetadata
+
+        own = fields.pop("mamba2_metadata")
+        mixed = fields.get("mixed_metadata")
+        if mixed is not None and self.MIXED is not None:
+            fields["mixed_metadata"] = _instance(self.MIXED, mixed)
+        if own:
+            return _instance(self.METADATA, fields)
+        names = _defaults(ForwardMetadata)[1]
+        return _instance(ForwardMetadata, {k: v for k, v in fields.items() if k in names})
+
+    def _linmeta_graph(self, bs: int, fb_track_indices, verify_tree: bool):
+        """The backend's static buffers of batch size bs (SGLang's init_*_graph_state)."""
+        track = None
+        if fb_track_indices is not None and self.mamba_track_indices_buf is not None:
+            track = self.mamba_track_indices_buf[:bs]
+        tree = verify_tree and len(self.retrieve_next_token_list) >= bs
+        return (
+            self.state_indices_list[bs - 1],
+            self.query_start_loc_list[bs - 1],
+            track,
+            self.retrieve_next_token_list[bs - 1] if tree else None,
+            self.retrieve_next_sibling_list[bs - 1] if tree else None,
+            self.retrieve_parent_token_list[bs - 1] if tree else None,
+        )
+
+    def _linmeta_ragged(self, fb) -> bool:
+        spec = getattr(fb, "spec_info", None)
+        return getattr(spec, "ragged_verify_layout", None) is not None
+
+
+_DEFAULTS: dict = {}
+
+
+def _defaults(cls):
+    """(the defaults of dataclass `cls`'s fields that have one, every field's name)."""
+    d = _DEFAULTS.get(cls)
+    if d is None:
+        fields = dataclasses.fields(cls)
+        values = {}
+        for f in fields:
+            if f.default is not dataclasses.MISSING:
+                values[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                raise TypeError(f"{cls.__name__}.{f.name} has a default factory")
+        d = _DEFAULTS[cls] = (values, frozenset(f.name for f in fields))
+    return d
+
+
+def _instance(cls, fields: dict):
+    """An instance of SGLang's plain dataclass `cls` holding `fields` (every field without a
+    default among them), the others at their defaults: what cls(**fields) makes, without
+    running its __init__ (SGLang's metadata dataclasses have no __post_init__)."""
+    values, names = _defaults(cls)
+    obj = cls.__new__(cls)
+    d = dict(values)
+    d.update(fields)
+    if len(d) != len(names):
+        raise TypeError(f"{cls.__name__}: fields {sorted(set(d) ^ names)}")
+    object.__setattr__(obj, "__dict__", d)
+    return obj
+
+
+def cpu_capture_batch(bs, num_tokens, req_pool_indices, seq_lens, forward_mode, spec_info):
+    """The ForwardBatch attributes init_forward_metadata_capture_cpu_graph hands over."""
+    return SimpleNamespace(
+        forward_mode=forward_mode,
+        logical_forward_mode=forward_mode,
+        batch_size=bs,
+        req_pool_indices=req_pool_indices,
+        input_ids=SimpleNamespace(shape=(num_tokens,)),
+        extend_num_tokens=None,
+        extend_seq_lens_cpu=None,
+        extend_prefix_lens_cpu=None,
+        seq_lens_cpu=None,
+        spec_info=spec_info,
+    )

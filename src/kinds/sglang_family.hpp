@@ -1,0 +1,33 @@
+// The part every SGLang kind shares (docs/sglang.md "The common part"): SGLang 0.5.23's
+// MambaAttnBackendBase._forward_metadata (eager), _replay_metadata (CUDA-graph capture and
+// replay) and _capture_metadata (CPU-graph capture), planned and packed once. A kind's own
+// file (sglang_mamba2.cpp, ...) adds what its subclass adds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "../packer.hpp"
+#include "../plan_context.hpp"
+#include "kind_rules.hpp"
+
+namespace linmeta::detail {
+
+/// Validates the step (throws linmeta::Error naming the field) and plans the common part:
+/// query_start_loc, the slots, tracking, verify's retrieve arrays.
+void plan_sglang_common(Ctx& x);
+/// Packs the common part's fields (the composite Metadata::sglang and its arrays).
+void pack_sglang_common(Packer& k);
+
+/// The row every SGLang kind starts from: a step of its own, no vLLM profile.
+[[nodiscard]] constexpr KindRules sglang_family_row(BuilderKind kind) {
+  return KindRules{.kind = kind, .seed_profile = true, .own_step = true};
+}
+
+/// Python's floor division (SGLang's `//` on integers).
+[[nodiscard]] constexpr int64_t floor_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+}  // namespace linmeta::detail

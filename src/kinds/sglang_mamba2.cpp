@@ -1,0 +1,185 @@
+// SGLang 0.5.23's Mamba2AttnBackend (hybrid_linear_attn_backend.py) and its Mamba2Metadata
+// (mamba/mamba2_metadata.py), docs/sglang.md "Mamba2": the common part, then prepare_decode
+// (graph entries, decode, verify, a DP-relabelled decode) or prepare_mixed (extend, MIXED,
+// draft extend: every row counts as a prefill), with the per-token seq_idx and, when a row
+// has an initial state, the logical-chunk chunk_indices / chunk_offsets. The CPU-graph
+// capture is SGLang's plain ForwardMetadata (not overridden).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "../validate.hpp"
+#include "kind_rules.hpp"
+#include "linmeta/sglang.hpp"
+#include "sglang_family.hpp"
+
+namespace linmeta::detail {
+
+namespace {
+
+void check_config(const Config& c) {
+  if (c.chunk_size <= 0)
+    reject(
+        fmt::format("config.chunk_size = {} must be positive for SGLang's Mamba2 (the model's "
+                    "mamba_chunk_size)",
+                    c.chunk_size));
+  if (c.mamba_cache_mode != CacheMode::None || c.full_cuda_graph || c.num_spec != 0 ||
+      c.prefill_backend != PrefillBackend::Triton || c.prefill_checkpoint_alignment != 0 ||
+      !c.chunk_metadata)
+    reject(
+        "the sglang_mamba2 builder has none of vLLM's options: leave mamba_cache_mode, "
+        "full_cuda_graph, num_spec, prefill_backend, prefill_checkpoint_alignment and "
+        "chunk_metadata at their defaults (SGLang's engine constants are SglangStep fields; "
+        "the profile is not read)");
+}
+
+/// Mamba2Metadata._query_start_loc_to_chunk_indices_offsets over qsl[0..n] (n sequences,
+/// `total` tokens), its Python loop's semantics: slices clamp, an index past the end raises.
+void plan_logical_chunks(SglangPlan& g, int32_t n, int64_t C, int32_t total) {
+  const std::span<const int32_t> cu(g.qsl.data() + 1, static_cast<size_t>(n));
+  int64_t N = static_cast<int64_t>(std::ceil(static_cast<double>(total) / static_cast<double>(C)));
+  for (int32_t i = 0; i + 1 < n; ++i) N += cu[i] % C > 0;
+  if (N > static_cast<int64_t>(g.chunk_indices.size()))
+    reject(fmt::format("sglang: {} logical chunks exceed their capacity {}", N,
+                       g.chunk_indices.size()));
+  g.n_chunks = static_cast<int32_t>(N);
+  for (int32_t j = 0; j < g.n_chunks; ++j) {
+    g.chunk_indices[j] = j;
+    g.chunk_offsets[j] = 0;
+  }
+  int64_t p = 0;
+  for (int32_t i = 0; i + 1 < n; ++i) {
+    const int64_t s = cu[i], e = cu[i + 1];
+    p += s % C > 0;
+    const int64_t lo = s / C + p, hi = e / C + p + (e % C > 0);
+    for (int64_t j = lo; j < std::min(hi, N); ++j) g.chunk_indices[j] -= static_cast<int32_t>(p);
+    if (lo >= N)
+      reject(
+          fmt::format("sglang: sequence {} starts past the last logical chunk (SGLang's "
+                      "_query_start_loc_to_chunk_indices_offsets raises IndexError)",
+                      i + 1));
+    g.chunk_offsets[lo] = static_cast<int32_t>(s % C);
+  }
+}
+
+/// prepare_mixed's extend path: every row a prefill.
+void plan_mixed(Ctx& x, SglangPlan& g, const SglangStep& s) {
+  if (s.extend_seq_lens.empty() || s.extend_prefix_lens.empty())
+    reject(
+        "sglang: Mamba2's extend metadata needs extend_seq_lens_cpu and extend_prefix_lens "
+        "(host lists)");
+  const int32_t n = g.bs;
+  g.mixed = true;
+  g.num_prefills = n;
+  int32_t tokens = 0;
+  for (int32_t r = 0; r < n; ++r) tokens += s.extend_seq_lens[r];
+  g.num_prefill_tokens = tokens;
+  g.num_decodes = 0;
+  if (g.qsl_len < n + 1 || g.qsl[n] - g.qsl[0] != tokens)
+    reject(
+        fmt::format("sglang: query_start_loc[:{}] does not cover the {} extend tokens (SGLang's "
+                    "repeat_interleave fails)",
+                    n + 1, tokens));
+  std::copy(g.qsl.begin(), g.qsl.begin() + n + 1, x.p.qsl.begin());  // seq_idx's owners
+  bool any = false;
+  for (int32_t r = 0; r < n; ++r) {
+    g.initial[r] = s.extend_prefix_lens[r] > 0;
+    any = any || g.initial[r] != 0;
+    g.extend_lens[r] = s.extend_seq_lens[r];
+  }
+  g.prep_initial_states = any;
+  if (any) plan_logical_chunks(g, n, x.c.chunk_size, tokens);
+  if (g.has_track_mask) {
+    if (s.track_indices == nullptr) reject("sglang.track_indices (device) is null");
+    g.mask_indices = true;
+    if (!g.track_extend) {  // the tracked rows (prepare_mixed's mask.nonzero())
+      g.n_tracked = 0;
+      for (int32_t r = 0; r < n; ++r)
+        if (s.track_mask[r]) g.tracked[g.n_tracked++] = r;
+    }
+  }
+}
+
+void plan(Ctx& x) {
+  plan_sglang_common(x);
+  SglangPlan& g = x.p.sgl;
+  if (g.plain) return;
+  const SglangStep& s = *g.step;
+  if (g.graph || s.extend_num_tokens < 0 || s.logical_mode == SglangMode::Decode) {
+    g.decode_counts = true;  // prepare_decode
+    g.num_decodes = g.bs;
+    return;
+  }
+  plan_mixed(x, g, s);
+}
+
+void pack_gathers(Packer&) {}
+
+void pack_fields(Packer& k) {
+  pack_sglang_common(k);
+  const SglangPlan& g = k.p.sgl;
+  if (g.plain && !k.counting()) return;
+  k.set(Out::SglNumPrefills, g.num_prefills);
+  k.set(Out::SglNumPrefillTokens, g.num_prefill_tokens);
+  k.set(Out::SglNumDecodes, g.num_decodes);
+  if (g.mask_indices || k.counting()) {
+    const int32_t rows = k.put(g.tracked.data(), g.n_tracked);
+    k.emit(Out::SglMambaTrackMaskIndices, false, g.n_tracked,
+           CopyValues{.src = rows, .n_real = g.n_tracked, .add = 0}, DType::Int64);
+    k.emit(Out::SglConvStatesMaskIndices, false, g.n_tracked,
+           SglangCopy{.refs = k.sglang_refs_at,
+                      .rows = rows,
+                      .src = static_cast<int32_t>(SglangSource::TrackIndices)},
+           DType::Int64);
+  }
+  if (!g.mixed && !k.counting()) return;
+  const int32_t n = g.bs;
+  k.set(Out::SglMixed);
+  k.set(Out::SglPrepInitialStates, g.prep_initial_states ? 1 : 0);
+  k.set(Out::SglChunkSize, k.c.chunk_size);
+  k.emit(Out::SglHasInitialStates, false, n,
+         CopyMask{.src = k.put(g.initial.data(), n), .n_real = n}, DType::Bool);
+  FieldView& seq = k.emit(Out::SglSeqIdx, false, g.num_prefill_tokens,
+                          TokenOwner{.n_rows = n, .n_real = g.num_prefill_tokens, .first = 0});
+  seq.rows = 1;
+  seq.cols = g.num_prefill_tokens;
+  k.host(Out::SglExtendSeqLensCpu, g.extend_lens, n);
+  if (g.prep_initial_states || k.counting()) {
+    const int32_t N = g.n_chunks;
+    k.emit(Out::SglChunkIndices, false, N,
+           CopyValues{.src = k.put(g.chunk_indices.data(), N), .n_real = N, .add = 0});
+    k.emit(Out::SglChunkOffsets, false, N,
+           CopyValues{.src = k.put(g.chunk_offsets.data(), N), .n_real = N, .add = 0});
+  }
+}
+
+/// Every array at its capacity (count mode).
+void largest(StepPlan& p) {
+  SglangPlan& g = p.sgl;
+  const auto R = static_cast<int32_t>(g.tracked.size());
+  g.bs = R;
+  g.qsl_len = R + 1;
+  g.track_indices = g.retrieve_next_token = g.retrieve_next_sibling = true;
+  g.retrieve_parent_token = g.track_extend = g.mask_indices = g.mixed = true;
+  g.n_tracked = g.n_final = g.n_h = g.n_re = R;
+  g.prep_initial_states = true;
+  g.n_chunks = static_cast<int32_t>(g.chunk_indices.size());
+}
+
+}  // namespace
+
+extern constinit const KindRules kSglangMamba2Rules = [] {
+  KindRules r = sglang_family_row(BuilderKind::SglangMamba2);
+  r.ssd_chunks = true;
+  r.check_config = check_config;
+  r.plan = plan;
+  r.pack_gathers = pack_gathers;
+  r.pack_fields = pack_fields;
+  r.largest = largest;
+  r.sglang_flat_chunk_grid = true;
+  return r;
+}();
+
+}  // namespace linmeta::detail

@@ -1,0 +1,93 @@
+// SGLang steps for the host tests of the SGLang kinds (linmeta/sglang.hpp): a step's memory
+// (host vectors: the host target's "device" memory too) and a few steps of every entry.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "linmeta/sglang.hpp"
+#include "linmeta/step.hpp"
+
+namespace linmeta::test {
+
+/// One SGLang step and the memory it points to.
+struct SglStep {
+  SglangStep s;
+  std::vector<int32_t> map, ext, prefix, state, qsl, rnt_buf, rns_buf, rpt_buf;
+  std::vector<int64_t> rpi, seq, track_indices, track_seqlens, track_buf, rnt, rns;
+  std::unique_ptr<bool[]> mask;
+  Step step;
+
+  SglStep() = default;
+  SglStep(const SglStep&) = delete;
+  SglStep& operator=(const SglStep&) = delete;
+
+  /// bs rows of request rows 1..bs mapped to slots 100 + row.
+  void rows(int32_t bs, int32_t pool = 64) {
+    map.assign(static_cast<size_t>(pool), 0);
+    rpi.resize(static_cast<size_t>(bs));
+    for (int32_t r = 0; r < bs; ++r) {
+      rpi[static_cast<size_t>(r)] = r + 1;
+      map[static_cast<size_t>(r + 1)] = 100 + r;
+    }
+    seq.assign(static_cast<size_t>(bs), 50);
+    s.batch_size = bs;
+    s.num_tokens = bs;
+    s.mamba_map = map.data();
+    s.mamba_map_len = static_cast<int64_t>(map.size());
+    s.req_pool_indices = rpi.data();
+    s.seq_lens = seq;
+    s.cache_chunk_size = 32;
+    s.conv_window = 3;
+    step.sglang = &s;
+  }
+  /// An extend of rows (prefix, extend).
+  void extend(const std::vector<std::pair<int32_t, int32_t>>& rows_, SglangMode mode) {
+    rows(static_cast<int32_t>(rows_.size()));
+    s.forward_mode = s.logical_mode = mode;
+    ext.clear();
+    prefix.clear();
+    for (const auto& [p, e] : rows_) {
+      prefix.push_back(p);
+      ext.push_back(e);
+    }
+    s.extend_seq_lens = ext;
+    s.extend_prefix_lens = prefix;
+    s.extend_num_tokens = std::accumulate(ext.begin(), ext.end(), 0);
+    s.num_tokens = s.extend_num_tokens;
+  }
+  /// Tracking of every row whose extend reaches the grid G (host lists).
+  void track() {
+    const auto n = static_cast<size_t>(s.batch_size);
+    mask = std::make_unique<bool[]>(n);
+    track_indices.assign(n, -1);
+    track_seqlens.assign(n, -1);
+    for (size_t r = 0; r < n; ++r) {
+      const bool on = r < ext.size() && ext[r] >= s.cache_chunk_size;
+      mask[r] = on;
+      if (on) {
+        track_indices[r] = 200 + static_cast<int64_t>(r);
+        track_seqlens[r] = prefix[r] + ext[r] - static_cast<int32_t>(r % 3);
+      }
+    }
+    s.track = true;
+    s.track_mask = std::span<const bool>(mask.get(), n);
+    s.track_indices = track_indices.data();
+    s.track_seqlens = track_seqlens;
+  }
+  /// A graph entry's static buffers (graph_max_bs 64, k draft tokens), filled with -7777.
+  void graph(SglangEntry entry, int32_t k = 1) {
+    const auto bs = static_cast<size_t>(s.batch_size);
+    s.entry = entry;
+    state.assign(bs, -7777);
+    qsl.assign(bs + 1, -7777);
+    track_buf.assign(64, -7777);
+    for (auto* v : {&rnt_buf, &rns_buf, &rpt_buf}) v->assign(bs * static_cast<size_t>(k), -7777);
+    s.graph = {state.data(),   qsl.data(),     track_buf.data(),
+               rnt_buf.data(), rns_buf.data(), rpt_buf.data()};
+  }
+};
+
+}  // namespace linmeta::test

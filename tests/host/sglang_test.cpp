@@ -1,0 +1,185 @@
+// The SGLang kinds (linmeta/sglang.hpp, docs/sglang.md): rules with known answers, rejected
+// steps (a clear linmeta::Error, the last metadata untouched), values outside the contract.
+// Exactness against the wheel is the case replay's (linmeta-sglang-replay, ctest
+// sglang_replay_*) and tests/sglang/linmeta_diff.py's.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "linmeta/builder.hpp"
+#include "linmeta/error.hpp"
+#include "rejection.hpp"
+#include "sglang_step.hpp"
+
+namespace linmeta {
+namespace {
+
+using test::SglStep;
+
+Config config(int32_t chunk = 8) {
+  Config c;
+  c.max_num_seqs = 32;
+  c.max_num_batched_tokens = 4096;
+  c.chunk_size = chunk;
+  return c;
+}
+
+std::vector<int64_t> values(const Array& a) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < a.size(); ++i) v.push_back(a.at(i));
+  return v;
+}
+
+TEST(Sglang, LogicalChunksOfTheDocstringExample) {
+  // Mamba2Metadata._query_start_loc_to_chunk_indices_offsets: query_start_loc = [0, 5, 10],
+  // chunk_size = 8 -> chunk_indices [0, 0, 1], chunk_offsets [0, 5, 0].
+  SglangMamba2MetadataBuilder b(config(8));
+  SglStep st;
+  st.extend({{3, 5}, {0, 5}}, SglangMode::Extend);
+  const Metadata& m = b.build(st.step);
+  ASSERT_TRUE(m.sglang && m.sglang->mixed_metadata);
+  const SglangMixedMetadata& x = *m.sglang->mixed_metadata;
+  EXPECT_TRUE(x.prep_initial_states);
+  EXPECT_EQ(values(x.chunk_indices), (std::vector<int64_t>{0, 0, 1}));
+  EXPECT_EQ(values(x.chunk_offsets), (std::vector<int64_t>{0, 5, 0}));
+  EXPECT_EQ(values(x.seq_idx), (std::vector<int64_t>{0, 0, 0, 0, 0, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(x.seq_idx.ndim, 2);
+  EXPECT_EQ(x.seq_idx.rows, 1);
+  EXPECT_EQ(values(x.has_initial_states), (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(values(m.sglang->query_start_loc), (std::vector<int64_t>{0, 5, 10}));
+  EXPECT_EQ(values(m.sglang->mamba_cache_indices), (std::vector<int64_t>{100, 101}));
+  EXPECT_EQ(m.sglang->num_prefills, 2);
+  EXPECT_EQ(m.sglang->num_decodes, 0);
+}
+
+TEST(Sglang, NoInitialStateNoLogicalChunks) {
+  SglangMamba2MetadataBuilder b(config());
+  SglStep st;
+  st.extend({{0, 5}, {0, 5}}, SglangMode::Extend);
+  const Metadata& m = b.build(st.step);
+  EXPECT_FALSE(m.sglang->mixed_metadata->prep_initial_states);
+  EXPECT_FALSE(m.sglang->mixed_metadata->chunk_indices);
+  EXPECT_FALSE(m.sglang->mixed_metadata->chunk_offsets);
+}
+
+TEST(Sglang, ReplayPadsAndZeroesThePaddedRequestRows) {
+  SglangMamba2MetadataBuilder b(config());
+  SglStep st;
+  st.rows(4);
+  st.rpi[3] = 7;  // a padded row that does not hold request row 0: replay zeroes it
+  st.s.num_padding = 1;
+  st.graph(SglangEntry::GraphReplay);
+  const Metadata& m = b.build(st.step);
+  EXPECT_EQ(st.state, (std::vector<int32_t>{100, 101, 102, -1}));
+  EXPECT_EQ(st.qsl, (std::vector<int32_t>{0, 1, 2, 3, 3}));
+  EXPECT_EQ(st.rpi[3], 0);
+  EXPECT_EQ(m.sglang->mamba_cache_indices.data, st.state.data());  // the backend's buffer
+  EXPECT_EQ(m.sglang->query_start_loc.data, st.qsl.data());
+  EXPECT_EQ(m.sglang->num_decodes, 4);
+}
+
+TEST(Sglang, ARequestRowOutsideTheMapGetsThePadSlot) {
+  SglangMamba2MetadataBuilder b(config());
+  SglStep st;
+  st.rows(3);
+  st.rpi[1] = 1 << 20;
+  st.rpi[2] = -5;
+  const Metadata& m = b.build(st.step);
+  EXPECT_EQ(values(m.sglang->mamba_cache_indices), (std::vector<int64_t>{100, -1, -1}));
+}
+
+TEST(Sglang, TrackingSourcesOnTheFlatChunkGrid) {
+  // Rows (prefix, extend): tracked where the extend reaches G = 32; C = 8.
+  SglangMamba2MetadataBuilder b(config(8));
+  SglStep st;
+  st.extend({{0, 40}, {16, 4}, {5, 35}}, SglangMode::Extend);
+  st.track();  // seqlens: prefix + extend - row % 3 -> lens 40 (aligned), -, 33 (unaligned)
+  const Metadata& m = b.build(st.step);
+  const SglangMetadata& g = *m.sglang;
+  EXPECT_TRUE(g.has_mamba_track_mask);
+  EXPECT_EQ(values(g.mamba_track_mask_indices), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(values(g.conv_states_mask_indices), (std::vector<int64_t>{200, 202}));
+  EXPECT_EQ(values(g.track_ssm_final_src), (std::vector<int64_t>{100}));
+  EXPECT_EQ(values(g.track_ssm_final_dst), (std::vector<int64_t>{200}));
+  // Row 2 starts at token 44: its chunk 4 ends at 44 + 32 = 76, off the grid: recomputed.
+  EXPECT_EQ(values(g.track_ssm_seq_idx), (std::vector<int64_t>{2}));
+  EXPECT_EQ(values(g.track_ssm_end_locs), (std::vector<int64_t>{76}));
+  EXPECT_EQ(values(g.track_ssm_recompute_dst), (std::vector<int64_t>{202}));
+  EXPECT_EQ(g.track_ssm_h_src.rows, 0);
+  // Conv windows: start = qsl + floor(len / 32) * 32 - 3, clamped to the 79 tokens.
+  EXPECT_EQ(values(g.track_conv_indices), (std::vector<int64_t>{29, 30, 31, 73, 74, 75}));
+  EXPECT_EQ(g.track_conv_indices.cols, 3);
+}
+
+TEST(Sglang, RejectedStepsLeaveTheLastMetadata) {
+  SglangMamba2MetadataBuilder b(config());
+  SglStep good;
+  good.extend({{3, 5}, {0, 5}}, SglangMode::Extend);
+  const Metadata before = b.build(good.step);
+  const std::vector<int64_t> qsl = values(before.sglang->query_start_loc);
+  const std::vector<int64_t> seq_idx = values(before.sglang->mixed_metadata->seq_idx);
+  const auto bad = [&](auto&& edit, std::vector<std::string> needles) {
+    SglStep st;
+    st.extend({{1, 40}, {0, 2}, {0, 9}}, SglangMode::Extend);
+    edit(st);
+    testing::expect_error([&] { b.build(st.step); }, needles);
+    EXPECT_EQ(values(before.sglang->query_start_loc), qsl);
+    EXPECT_EQ(values(before.sglang->mixed_metadata->seq_idx), seq_idx);
+  };
+  bad([](SglStep& st) { st.step.sglang = nullptr; }, {"Step::sglang is null"});
+  bad([](SglStep& st) { st.s.batch_size = 0; }, {"batch_size = 0"});
+  bad([](SglStep& st) { st.s.batch_size = 33; }, {"max_num_seqs = 32"});
+  bad([](SglStep& st) { st.s.forward_mode = static_cast<SglangMode>(9); }, {"forward_mode = 9"});
+  bad([](SglStep& st) { st.s.extend_seq_lens = {}; }, {"extend_seq_lens"});
+  bad([](SglStep& st) { st.ext[1] = -1; }, {"extend_seq_lens[1] = -1"});
+  bad([](SglStep& st) { st.s.extend_prefix_lens = {}; }, {"extend_prefix_lens"});
+  bad([](SglStep& st) { st.s.mamba_map = nullptr; }, {"mamba_map"});
+  bad(
+      [](SglStep& st) {
+        st.track();
+        st.track_seqlens[0] = 100;  // past the row's extend
+      },
+      {"track_seqlens[0] = 100"});
+  bad(
+      [](SglStep& st) {
+        st.track();
+        st.s.track_seqlens = {};
+      },
+      {"track_seqlens is required"});
+  bad([](SglStep& st) { st.graph(SglangEntry::GraphReplay); }, {"invalid forward mode"});
+  bad(
+      [](SglStep& st) {
+        st.s.forward_mode = st.s.logical_mode = SglangMode::Decode;
+        st.graph(SglangEntry::GraphReplay);
+        st.s.num_padding = 4;
+      },
+      {"num_padding = 4 exceeds batch_size = 3"});
+  bad(
+      [](SglStep& st) {
+        st.s.forward_mode = st.s.logical_mode = SglangMode::TargetVerify;
+        st.s.has_spec_info = true;
+        st.s.draft_token_num = 3;
+        st.graph(SglangEntry::CpuGraphCapture, 3);
+      },
+      {"no verify buffers"});
+  bad(
+      [](SglStep& st) {
+        st.s.forward_mode = st.s.logical_mode = SglangMode::Decode;
+        st.graph(SglangEntry::GraphCapture);
+        st.s.graph.query_start_loc = nullptr;
+      },
+      {"graph entry writes"});
+}
+
+TEST(Sglang, TheKindTakesNoneOfVllmsOptions) {
+  Config c = config();
+  c.mamba_cache_mode = CacheMode::Align;
+  testing::expect_error([&] { SglangMamba2MetadataBuilder b(c); }, {"none of vLLM's options"});
+  c = config();
+  c.chunk_size = 0;
+  testing::expect_error([&] { SglangMamba2MetadataBuilder b(c); }, {"chunk_size = 0"});
+}
+
+}  // namespace
+}  // namespace linmeta
