@@ -60,10 +60,12 @@ std::string at_index(const std::string& path, size_t i) {
   return path + "[" + std::to_string(i) + "]";
 }
 
-const json& member(const json& obj, const std::string& path, const char* key) {
-  if (!obj.is_object()) bad(path, "expected an object, got " + shown(obj));
+// `path` by value (not const&): a reference-returning function with a temporary bound to a
+// reference parameter trips g++ 13's -Wdangling-reference at every member(j, "", ...).
+const json& member(const json& obj, std::string_view path, const char* key) {
+  if (!obj.is_object()) bad(std::string(path), "expected an object, got " + shown(obj));
   const auto it = obj.find(key);
-  const std::string where = path.empty() ? key : path + "." + key;
+  const std::string where = path.empty() ? std::string(key) : std::string(path) + "." + key;
   if (it == obj.end()) bad(where, "missing");
   return *it;
 }
