@@ -35,7 +35,7 @@
 # Environment:
 #   OUT                          logs go to $OUT/gpu-check-*.log (else a temporary folder)
 #   LINMETA_SANITIZER_STEPS      random steps per builder kind under the sanitizers (2000;
-#                                the SGLang kinds' normal run takes 2000 as well)
+#                                vLLM's kinds and SGLang's)
 #   LINMETA_SOAK_STEPS           random steps per builder kind of the soak stage (20000)
 #   LINMETA_TEST_SEED            other random steps than the fixed seeds' (docs/testing.md)
 #   LINMETA_SANITIZER_FILTER     gtest filter of the sanitizer stages
@@ -149,9 +149,9 @@ if [[ ! -x $sglang_replay_bin ]]; then
 else
   for f in tests/data/sglang/*.jsonl; do
     b=$(basename "$f" .jsonl)
-    # A backend the tool does not serve yet: every case says "no linmeta kind for ...".
-    if "$sglang_replay_bin" check "$f" --target host --quiet 2>&1 |
-      grep -q 'error: no linmeta kind for SGLang backend'; then
+    # A backend the tool does not serve yet: its cases say "no linmeta kind for ...".
+    probe=$("$sglang_replay_bin" check "$f" --target host --quiet 2>&1)
+    if grep -q 'error: no linmeta kind for SGLang backend' <<<"$probe"; then
       echo "NOTE ${prefix}replay-sglang-cuda-$b: linmeta-sglang-replay serves no kind for backend $b yet" |
         tee -a "$summary"
       continue

@@ -5,7 +5,7 @@ with the scheduler's host lists and with device tensors only), handed over as du
 ForwardBatch objects (SGLang is not needed), and compared field by field: values, dtypes,
 shapes, which fields are the batch's own tensors or the backend's graph buffers, the side
 effects on the batch and every element of the graph buffers. Skipped without torch and a CUDA
-device. Random steps: a fixed seed (LINMETA_TEST_SEED overrides it), LINMETA_SGLANG_GPU_STEPS
+device (but for the check that every kind has random steps). Random steps: a fixed seed (LINMETA_TEST_SEED overrides it), LINMETA_SGLANG_GPU_STEPS
 per mode (default 200)."""
 
 import enum
@@ -28,18 +28,18 @@ from linmeta.sglang._common import (  # noqa: E402
     GRAPH_REPLAY,
     cpu_capture_batch,
 )
-from vllm_oracle_util import test_seed  # noqa: E402
+from vllm_oracle_util import test_seed as run_seed  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sglang"))
 import sglang_steps as steps  # noqa: E402  (plain Python: no torch, no SGLang)
 
-if not (torch.cuda.is_available() and linmeta.cuda_available()):
-    pytest.skip("needs torch with a CUDA device", allow_module_level=True)
-
-pytestmark = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(
+    not (torch.cuda.is_available() and linmeta.cuda_available()),
+    reason="needs torch with a CUDA device",
+)
 
 STEPS = int(os.environ.get("LINMETA_SGLANG_GPU_STEPS", "200"))
-RUN_SEED = test_seed()
+RUN_SEED = run_seed()
 CONV_WINDOW = 3  # conv_states_shape[-1] of a kernel of width 4
 UNWRITTEN = -7777  # the graph buffers' fill
 
@@ -88,7 +88,6 @@ def batch(step: dict, device: str):
     """(ForwardBatch-like object, the entry point, the graph buffers or None, the caller's
     tensors by name) of a sglang_steps step on `device`."""
     cfg = steps.CONFIGS[step["config"]]
-    i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=device)  # noqa: E731
     i64 = lambda v: torch.tensor(v, dtype=torch.int64, device=device)  # noqa: E731
     reqs, seq = step["req_pool_indices"], step["seq_lens"]
     bs = len(reqs)
@@ -228,6 +227,14 @@ def modes_of(kind: str):
 PARAMS = [(kind, mode) for kind in linmeta.SGLANG_KINDS for mode in modes_of(kind)]
 
 
+def test_every_sglang_kind_has_random_steps():
+    """Each kind of linmeta.SGLANG_KINDS is sglang_steps.py's backend of its name."""
+    missing = [k for k in linmeta.SGLANG_KINDS if not modes_of(k)]
+    assert not missing, f"no random steps (tests/sglang/sglang_steps.py) for {missing}"
+
+
+@pytest.mark.gpu
+@needs_cuda
 @pytest.mark.parametrize(("kind", "mode"), PARAMS, ids=[f"{k}-{m}" for k, m in PARAMS])
 def test_cuda_engine_matches_cpu_engine(kind, mode):
     seed = RUN_SEED
