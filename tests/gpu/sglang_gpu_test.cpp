@@ -326,7 +326,7 @@ TEST_P(SglangCaptureGpu, ReplayingACapturedBuildGivesItsResults) {
   std::mt19937 rng = seeded(0x56c0u);
   StreamHandle stream;
   const Zeros zeros;
-  int overwritten = 0;  // replays whose results were not there before the launch
+  int overwritten = 0;  // second-pass replays whose results were not there before the launch
   for (int round = 0; round < 8; ++round) {
     const test::SglangRandomEngine e = test::random_sglang_engine(rng);
     MetadataBuilder host(kind, e.config);
@@ -360,12 +360,15 @@ TEST_P(SglangCaptureGpu, ReplayingACapturedBuildGivesItsResults) {
       for (size_t k = 0; k < captured.size(); ++k) {
         Captured& c = captured[pass == 0 ? k : captured.size() - 1 - k];
         c.s->dev.reset();
-        // Meaningful where the eager builds and the reset left other results there.
-        overwritten +=
-            mismatch(read(c.views.groups[0], zeros).groups[0], c.want.groups[0], kind).empty() &&
-                    parts_diff(c.s->dev.parts(), c.s->dev.contents(), c.want_parts).empty()
-                ? 0
-                : 1;
+        // Meaningful where the other replays and the reset left other results there (read
+        // in the second pass only: before its first replay a step's outputs may be memory
+        // nothing wrote yet, which initcheck would report).
+        if (pass == 1)
+          overwritten +=
+              mismatch(read(c.views.groups[0], zeros).groups[0], c.want.groups[0], kind).empty() &&
+                      parts_diff(c.s->dev.parts(), c.s->dev.contents(), c.want_parts).empty()
+                  ? 0
+                  : 1;
         c.graph.launch(stream.get());
         stream.sync();
         const std::string where = "round " + std::to_string(round) + " pass " +
@@ -376,7 +379,7 @@ TEST_P(SglangCaptureGpu, ReplayingACapturedBuildGivesItsResults) {
         EXPECT_EQ(parts_diff(c.s->dev.parts(), c.s->dev.contents(), c.want_parts), "") << where;
       }
   }
-  EXPECT_GT(overwritten, 48) << "the replays found their results already in place";
+  EXPECT_GT(overwritten, 24) << "the replays of the second pass found their results in place";
 }
 
 INSTANTIATE_TEST_SUITE_P(Sglang, SglangCaptureGpu, ::testing::ValuesIn(kinds()), kind_param);
