@@ -235,9 +235,18 @@ std::unique_ptr<Sample> sample(std::mt19937& rng, const test::SglangRandomEngine
   return s;
 }
 
-/// The tests of one SGLang kind (the parameter).
+/// The tests of one SGLang kind (the parameter): a stream and zeroed memory when a device
+/// is there.
 class SglangGpuTest : public GpuParamTest<BuilderKind> {
  protected:
+  void SetUp() override {
+    GpuParamTest<BuilderKind>::SetUp();
+    if (IsSkipped()) return;
+    stream_.emplace();
+    zeros_.emplace();
+  }
+  [[nodiscard]] const StreamHandle& stream() const { return *stream_; }
+  [[nodiscard]] const Zeros& zeros() const { return *zeros_; }
   /// The random stream of fixed seed `fixed` (LINMETA_TEST_SEED honoured), its seed traced
   /// in every failure message of the test.
   std::mt19937 seeded(uint32_t fixed) {
@@ -249,6 +258,8 @@ class SglangGpuTest : public GpuParamTest<BuilderKind> {
 
  private:
   std::optional<::testing::ScopedTrace> trace_;
+  std::optional<StreamHandle> stream_;
+  std::optional<Zeros> zeros_;
 };
 
 // ---- (a) random steps: the cuda target equals the host target -----------------------------
@@ -260,8 +271,6 @@ TEST_P(SglangRandomGpu, CudaTargetMatchesHostTarget) {
   const int total = env_int("LINMETA_RANDOM_STEPS", 2000);
   std::mt19937 rng = seeded(0x56a1u);
   const uint32_t seed = seed_;
-  StreamHandle stream;
-  const Zeros zeros;
   std::map<std::string, int> seen;
   Sample s;  // its device memory grows only when a step needs more
   int done = 0, engines = 0, failures = 0, errors = 0;
@@ -284,7 +293,7 @@ TEST_P(SglangRandomGpu, CudaTargetMatchesHostTarget) {
       const Metadata* hm = nullptr;
       const Metadata* cm = nullptr;
       const std::string herr = error_of([&] { hm = &host.build(s.st.step); });
-      const std::string cerr = error_of([&] { cm = &cuda.build(s.dev.full, stream.get()); });
+      const std::string cerr = error_of([&] { cm = &cuda.build(s.dev.full, stream().get()); });
       if (!herr.empty() || !cerr.empty()) {
         ++errors;
         if (herr != cerr) {
@@ -293,8 +302,8 @@ TEST_P(SglangRandomGpu, CudaTargetMatchesHostTarget) {
         }
         continue;
       }
-      stream.sync();
-      const std::string report = compare(kind, *hm, s.st, *cm, s.dev, zeros);
+      stream().sync();
+      const std::string report = compare(kind, *hm, s.st, *cm, s.dev, zeros());
       if (!report.empty()) {
         ++failures;
         ADD_FAILURE() << where << ": " << report;
@@ -324,8 +333,6 @@ class SglangCaptureGpu : public SglangGpuTest {};
 TEST_P(SglangCaptureGpu, ReplayingACapturedBuildGivesItsResults) {
   const BuilderKind kind = GetParam();
   std::mt19937 rng = seeded(0x56c0u);
-  StreamHandle stream;
-  const Zeros zeros;
   int overwritten = 0;  // second-pass replays whose results were not there before the launch
   for (int round = 0; round < 8; ++round) {
     const test::SglangRandomEngine e = test::random_sglang_engine(rng);
@@ -343,17 +350,17 @@ TEST_P(SglangCaptureGpu, ReplayingACapturedBuildGivesItsResults) {
     std::vector<Captured> captured(6);
     for (auto& c : captured) {
       c.s = sample(rng, e);
-      c.want = read(host.build(c.s->st.step), zeros);
+      c.want = read(host.build(c.s->st.step), zeros());
       c.want_parts = host_contents(parts_of(c.s->st));
-      c.graph.capture(stream.get(), [&] {
-        c.views.groups.assign(1, cuda.build(c.s->dev.full, stream.get()));
+      c.graph.capture(stream().get(), [&] {
+        c.views.groups.assign(1, cuda.build(c.s->dev.full, stream().get()));
         c.views.own_host_arrays();
       });
     }
     for (int i = 0; i < 6; ++i) {
       const auto s = sample(rng, e);
-      cuda.build(s->dev.full, stream.get());
-      stream.sync();
+      cuda.build(s->dev.full, stream().get());
+      stream().sync();
     }
     // Replays, forwards then backwards, each from the uploaded step arrays and buffers.
     for (int pass = 0; pass < 2; ++pass)
@@ -365,16 +372,17 @@ TEST_P(SglangCaptureGpu, ReplayingACapturedBuildGivesItsResults) {
         // nothing wrote yet, which initcheck would report).
         if (pass == 1)
           overwritten +=
-              mismatch(read(c.views.groups[0], zeros).groups[0], c.want.groups[0], kind).empty() &&
+              mismatch(read(c.views.groups[0], zeros()).groups[0], c.want.groups[0], kind)
+                          .empty() &&
                       parts_diff(c.s->dev.parts(), c.s->dev.contents(), c.want_parts).empty()
                   ? 0
                   : 1;
-        c.graph.launch(stream.get());
-        stream.sync();
+        c.graph.launch(stream().get());
+        stream().sync();
         const std::string where = "round " + std::to_string(round) + " pass " +
                                   std::to_string(pass) + " (" + c.s->labels[0] +
                                   "): " + test::describe(c.s->st.s);
-        EXPECT_EQ(mismatch(read(c.views.groups[0], zeros).groups[0], c.want.groups[0], kind), "")
+        EXPECT_EQ(mismatch(read(c.views.groups[0], zeros()).groups[0], c.want.groups[0], kind), "")
             << where;
         EXPECT_EQ(parts_diff(c.s->dev.parts(), c.s->dev.contents(), c.want_parts), "") << where;
       }
@@ -494,8 +502,6 @@ class SglangErrorsGpu : public SglangGpuTest {};
 TEST_P(SglangErrorsGpu, RejectedStepsLeaveTheMetadataAndTheBuffersUntouched) {
   const BuilderKind kind = GetParam();
   std::mt19937 rng = seeded(0x56e0u);
-  StreamHandle stream;
-  const Zeros zeros;
   std::vector<int> rejected(kMutations, 0);
   const int rounds = std::max(20, env_int("LINMETA_RANDOM_STEPS", 2000) / 10);
   for (int round = 0; round < rounds; round += 25) {
@@ -505,9 +511,9 @@ TEST_P(SglangErrorsGpu, RejectedStepsLeaveTheMetadataAndTheBuffersUntouched) {
     for (int i = 0; i < 25; ++i) {
       const auto s = sample(rng, e);
       const Metadata hm = host.build(s->st.step);
-      const Metadata cm = cuda.build(s->dev.full, stream.get());
-      stream.sync();
-      const HostMetadata hwant = read(hm, zeros), cwant = read(cm, zeros);
+      const Metadata cm = cuda.build(s->dev.full, stream().get());
+      stream().sync();
+      const HostMetadata hwant = read(hm, zeros()), cwant = read(cm, zeros());
       const auto hparts = host_contents(parts_of(s->st));
       const auto cparts = s->dev.contents();
       const std::string where = s->labels[0] + ": " + test::describe(s->st.s);
@@ -521,15 +527,15 @@ TEST_P(SglangErrorsGpu, RejectedStepsLeaveTheMetadataAndTheBuffersUntouched) {
         hstep.sglang = &hbad;
         cstep.sglang = &cbad;
         const std::string herr = error_of([&] { host.build(hstep); });
-        const std::string cerr = error_of([&] { cuda.build(cstep, stream.get()); });
+        const std::string cerr = error_of([&] { cuda.build(cstep, stream().get()); });
         EXPECT_FALSE(herr.empty()) << "mutation " << which << " was built: " << where;
         EXPECT_EQ(herr, cerr) << "mutation " << which << ": " << where;
         ++rejected[static_cast<size_t>(which)];
       }
-      stream.sync();
-      EXPECT_EQ(mismatch(read(hm, zeros).groups[0], hwant.groups[0], kind), "")
+      stream().sync();
+      EXPECT_EQ(mismatch(read(hm, zeros()).groups[0], hwant.groups[0], kind), "")
           << "host: " << where;
-      EXPECT_EQ(mismatch(read(cm, zeros).groups[0], cwant.groups[0], kind), "")
+      EXPECT_EQ(mismatch(read(cm, zeros()).groups[0], cwant.groups[0], kind), "")
           << "cuda: " << where;
       const std::vector<Part> parts = parts_of(s->st);
       EXPECT_EQ(parts_diff(parts, host_contents(parts), hparts), "") << "host: " << where;
@@ -557,10 +563,9 @@ TEST_P(SglangSteadyStateGpu, BuildsReturnWhileTheStreamIsBusy) {
   BuilderOptions co = cuda_options();
   co.staging_slots = kSlots;
   MetadataBuilder cuda(kind, e.config, co);
-  StreamHandle stream;
   for (int i = 0; i < 2 * kSlots; ++i)
-    cuda.build(steps[static_cast<size_t>(i)]->dev.full, stream.get());
-  stream.sync();  // warm-up: every staging slot used once and finished
+    cuda.build(steps[static_cast<size_t>(i)]->dev.full, stream().get());
+  stream().sync();  // warm-up: every staging slot used once and finished
 
   MappedHost<int> flag(1), state(2);
   double elapsed = 0;
@@ -569,28 +574,27 @@ TEST_P(SglangSteadyStateGpu, BuildsReturnWhileTheStreamIsBusy) {
   HostMetadata last;  // views of the last build, read after the release
   {
     const Release release{flag.host()};
-    launch_spin(stream.get(), flag.device(), state.device(), kSpinNs);
+    launch_spin(stream().get(), flag.device(), state.device(), kSpinNs);
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 2 * kSlots; i < 3 * kSlots - 1; ++i) {
-      last.groups.assign(1, cuda.build(steps[static_cast<size_t>(i)]->dev.full, stream.get()));
+      last.groups.assign(1, cuda.build(steps[static_cast<size_t>(i)]->dev.full, stream().get()));
       last.own_host_arrays();
     }
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     state_after = state.host()[1];
-    busy_after = cudaStreamQuery(stream.get()) == cudaErrorNotReady;
+    busy_after = cudaStreamQuery(stream().get()) == cudaErrorNotReady;
   }
-  stream.sync();
+  stream().sync();
   EXPECT_LT(elapsed, 0.25) << kSlots - 1 << " builds took " << elapsed << " s while a spin kernel "
                            << "held the stream";
   EXPECT_EQ(state_after, 0) << "the spin kernel ended before the builds returned";
   EXPECT_TRUE(busy_after) << "the stream was idle right after the builds";
   EXPECT_EQ(state.host()[1], 1) << "the spin kernel timed out instead of being released";
   // The last build, finished after the release, is right.
-  const Zeros zeros;
   const Sample& s = *steps.back();
   MetadataBuilder host(kind, e.config);
-  EXPECT_EQ(mismatch(read(last.groups[0], zeros).groups[0],
-                     read(host.build(s.st.step), zeros).groups[0], kind),
+  EXPECT_EQ(mismatch(read(last.groups[0], zeros()).groups[0],
+                     read(host.build(s.st.step), zeros()).groups[0], kind),
             "")
       << test::describe(s.st.s);
 }
@@ -604,11 +608,10 @@ TEST_P(SglangSteadyStateGpu, ThousandBuildsAllocateNothing) {
   std::vector<std::unique_ptr<Sample>> steps;
   for (int i = 0; i < kDistinct; ++i) steps.push_back(sample(rng, e));
   MetadataBuilder cuda(kind, e.config, cuda_options());
-  StreamHandle stream;
   const auto run = [&](int i) {
-    cuda.build(steps[static_cast<size_t>(i % kDistinct)]->dev.full, stream.get());
+    cuda.build(steps[static_cast<size_t>(i % kDistinct)]->dev.full, stream().get());
   };
-  expect_no_allocation(cuda, stream, 2 * kDistinct, kBuilds, run);
+  expect_no_allocation(cuda, stream(), 2 * kDistinct, kBuilds, run);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sglang, SglangSteadyStateGpu, ::testing::ValuesIn(kinds()), kind_param);
