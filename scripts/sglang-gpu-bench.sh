@@ -7,9 +7,13 @@
 #
 #   scripts/sglang-gpu-bench.sh [CARRY_DIR] [bench_sglang.py options...]
 #
+# After each device's bench, tests/sglang/linmeta_diff.py checks linmeta.sglang against
+# SGLang's class on the same random steps on that device's tensors (every field compared).
+#
 # CARRY_DIR: default .sglang-carry. Environment: OUT (where the JSON and logs go; default
 # build/gpu-sgl/out), LINMETA_SGLANG_BUILD (the build folder, default build/gpu-sgl),
-# DEVICES (default "cuda cpu"), ITERS (default 30). Python: python3 (3.12 with torch there).
+# DEVICES (default "cuda cpu"), ITERS (default 30), DIFF_COUNT (linmeta_diff.py steps per
+# device, default 900: 100 per mode; 0: none). Python: python3 (3.12 with torch there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -43,6 +47,13 @@ for device in ${DEVICES:-cuda cpu}; do
   echo "== bench_sglang.py --device $device"
   if ! "$PY" bench/python/bench_sglang.py --device "$device" --iters "${ITERS:-30}" \
       --json "$DEST/sglang-$device.json" "$@" 2>&1 | tee "$DEST/sglang-$device.log"; then
+    status=1
+  fi
+  count=${DIFF_COUNT:-900}
+  [ "$count" -gt 0 ] || continue
+  echo "== linmeta_diff.py on $device tensors: $count Mamba2 steps"
+  if ! LINMETA_SGLANG_DEVICE=$device "$PY" tests/sglang/linmeta_diff.py --backend mamba2 \
+      --count "$count" --seed 1 2>&1 | tee "$DEST/diff-$device.log"; then
     status=1
   fi
 done
