@@ -45,7 +45,8 @@ Two more figures per row: ``done_us``, the call plus ``torch.cuda.synchronize()`
 metadata is on the device), and ``cuda_syncs``, the synchronizing CUDA operations torch itself
 reports in one more call under ``torch.cuda.set_sync_debug_mode("warn")`` (every ``.item()``,
 ``nonzero``, ``.cpu()`` / ``.tolist()`` of a device tensor, and every blocking host -> device
-copy of pageable memory, which the modelled ``syncs`` do not count).
+copy of pageable memory, which the modelled ``syncs`` do not count; a wait inside a native
+extension that bypasses torch's CUDA calls is not seen).
 
 Steps (tests/sglang/sglang_steps.py layout; request rows and mamba slots at random, fixed
 seed):
