@@ -25,7 +25,7 @@ scripts/cuda-archs.sh build/release/liblinmeta.a
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer (host tests)"
 cmake --preset asan
-cmake --build --preset asan --target linmeta_tests linmeta-replay linmeta-replay-test-hook \
+cmake --build --preset asan --target linmeta_tests linmeta-replay linmeta-sglang-replay linmeta-replay-test-hook \
   linmeta-bench linmeta_fatbin_check engine_loop
 ctest --preset asan
 
