@@ -133,6 +133,7 @@ std::vector<int64_t> flat(const json& rows) {
 
 BuilderKind kind_of(const std::string& backend) {
   if (backend == "mamba2") return BuilderKind::SglangMamba2;
+  if (backend == "gdn") return BuilderKind::SglangGdn;
   throw std::runtime_error("no linmeta kind for SGLang backend " + backend);
 }
 
@@ -192,6 +193,7 @@ class Checker {
     s.cache_chunk_size = cfg.at("cache_chunk_size").get<int32_t>();
     s.conv_window = cfg.at("conv_kernel").get<int32_t>() - 1;
     s.topk = cfg.at("topk").get<int32_t>();
+    s.conv_block_table = true;  // the harness answers GDN's is_cuda() True
     int32_t k = 1;
     std::vector<int64_t> rnt, rns;
     if (in.contains("spec")) {
@@ -324,6 +326,12 @@ class Checker {
         case linmeta::FieldType::Count:
           if (value != r.count())
             differ(fmt::format("{}: {} vs SGLang's {}", name, r.count(), value.dump()));
+          break;
+        case linmeta::FieldType::OptionalInt:
+          if (value.is_null() != !r.present() || (!value.is_null() && value != *r.optional_int()))
+            differ(fmt::format("{}: {} vs SGLang's {}", name,
+                               r.present() ? std::to_string(*r.optional_int()) : "None",
+                               value.dump()));
           break;
         case linmeta::FieldType::Flag:
           if (value != r.flag())

@@ -74,6 +74,7 @@ enum class BuilderFamily : int32_t {
 ///  PleShortConv   PleShortConvAttentionMetadataBuilder   (LFM2's PLE variant)
 ///  Inkling    InklingSconvMetadataBuilder            (Inkling's short-conv streams)
 ///  SglangMamba2   SGLang's Mamba2AttnBackend             (SGLang: Nemotron-H, Falcon-H1, ...)
+///  SglangGdn      SGLang's GDNAttnBackend                (SGLang: Qwen3-Next, Qwen3.5, ...)
 /// It generates BuilderKind, kNumBuilderKinds, the family predicates below,
 /// names::kBuilderKinds (the name case files, the bench and Python use), the
 /// <Enumerator>MetadataBuilder aliases (builder.hpp) and the kind table of the library
@@ -89,7 +90,8 @@ enum class BuilderFamily : int32_t {
   X(BailingLinear, "bailing_linear", Linear) \
   X(PleShortConv, "ple_short_conv", Mamba)   \
   X(Inkling, "inkling", Attention)           \
-  X(SglangMamba2, "sglang_mamba2", Sglang)
+  X(SglangMamba2, "sglang_mamba2", Sglang)   \
+  X(SglangGdn, "sglang_gdn", Sglang)
 
 enum class BuilderKind : int32_t {
 #define LINMETA_KIND_ENUMERATOR(K, name, family) K,

@@ -63,7 +63,8 @@ inline constexpr uint32_t BL = 1U << static_cast<int>(BuilderKind::BailingLinear
 inline constexpr uint32_t PSC = 1U << static_cast<int>(BuilderKind::PleShortConv);
 inline constexpr uint32_t INK = 1U << static_cast<int>(BuilderKind::Inkling);
 inline constexpr uint32_t SM2 = 1U << static_cast<int>(BuilderKind::SglangMamba2);
-inline constexpr uint32_t SGL = SM2;                ///< the SGLang kinds (Metadata::sglang)
+inline constexpr uint32_t SGD = 1U << static_cast<int>(BuilderKind::SglangGdn);
+inline constexpr uint32_t SGL = SM2 | SGD;          ///< the SGLang kinds (Metadata::sglang)
 inline constexpr uint32_t GK = G | K;               ///< GDN and KDA
 inline constexpr uint32_t GKP = GK | PSC;           ///< the speculative split's fields
 inline constexpr uint32_t MB = M2 | M1 | SC | PSC;  ///< the Mamba base builders
@@ -100,7 +101,7 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
 /// The SGLang kinds' rows (linmeta/sglang.hpp): SGLang's field names under "sglang.".
 #define LINMETA_SGLANG_ROWS(X)                                                                     \
   X(Sglang, "sglang", SGL, Int32, Vec, Batch, None, None, &m.sglang)                               \
-  X(SglMamba2Metadata, "sglang.mamba2_metadata", SGL, Bool, Vec, Batch, None, None,                \
+  X(SglMamba2Metadata, "sglang.mamba2_metadata", SM2, Bool, Vec, Batch, None, None,                \
     LINMETA_SGL(mamba2_metadata))                                                                  \
   X(SglQueryStartLoc, "sglang.query_start_loc", SGL, Int32, Vec, Batch, RowsPlus1, None,           \
     LINMETA_SGL(query_start_loc))                                                                  \
@@ -108,6 +109,10 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
     LINMETA_SGL(mamba_cache_indices))                                                              \
   X(SglMambaTrackIndices, "sglang.mamba_track_indices", SGL, Int64, Vec, Batch, Input, None,       \
     LINMETA_SGL(mamba_track_indices))                                                              \
+  X(SglConvBlockTable, "sglang.conv_block_table", SGD, Int32, Pairs, Batch, Conv, None,            \
+    LINMETA_SGL(conv_block_table))                                                                 \
+  X(SglLogicalNumTokens, "sglang.logical_num_tokens", SGD, Int32, Vec, Batch, None, None,          \
+    LINMETA_SGL(logical_num_tokens))                                                               \
   X(SglRetrieveNextToken, "sglang.retrieve_next_token", SGL, Int64, Vec, Batch, Input, None,       \
     LINMETA_SGL(retrieve_next_token))                                                              \
   X(SglRetrieveNextSibling, "sglang.retrieve_next_sibling", SGL, Int64, Vec, Batch, Input, None,   \
@@ -124,6 +129,10 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
     LINMETA_SGL(track_ssm_final_src))                                                              \
   X(SglTrackSsmFinalDst, "sglang.track_ssm_final_dst", SGL, Int64, Vec, Batch, Rows, None,         \
     LINMETA_SGL(track_ssm_final_dst))                                                              \
+  X(SglTrackChunkIdx, "sglang.track_chunk_idx", SGD, Int32, Vec, Batch, Rows, None,                \
+    LINMETA_SGL(track_chunk_idx))                                                                  \
+  X(SglTrackSsmHBatchSrc, "sglang.track_ssm_h_batch_src", SGD, Int64, Vec, Batch, Rows, None,      \
+    LINMETA_SGL(track_ssm_h_batch_src))                                                            \
   X(SglTrackSsmSeqIdx, "sglang.track_ssm_seq_idx", SM2, Int64, Vec, Batch, Rows, None,             \
     LINMETA_SGL(track_ssm_seq_idx))                                                                \
   X(SglTrackSsmEndLocs, "sglang.track_ssm_end_locs", SM2, Int64, Vec, Batch, Rows, None,           \

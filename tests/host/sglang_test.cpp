@@ -112,6 +112,48 @@ TEST(Sglang, TrackingSourcesOnTheFlatChunkGrid) {
   EXPECT_EQ(g.track_conv_indices.cols, 3);
 }
 
+TEST(Sglang, GdnTracksOnPerSequenceGridsAndKeepsWhatMamba2Drops) {
+  SglangGdnMetadataBuilder b(config(8));
+  SglStep st;
+  st.extend({{0, 40}, {16, 4}, {5, 35}}, SglangMode::Extend);
+  st.track();  // lens 40 (aligned), -, 33 (chunk 4 of row 2)
+  const Metadata& m = b.build(st.step);
+  const SglangMetadata& g = *m.sglang;
+  EXPECT_FALSE(g.mamba2_metadata);
+  EXPECT_FALSE(g.mixed_metadata);
+  EXPECT_EQ(g.logical_num_tokens, 79);
+  EXPECT_EQ(values(g.track_chunk_idx), (std::vector<int64_t>{-1, -1, 4}));
+  EXPECT_EQ(values(g.track_ssm_h_batch_src), (std::vector<int64_t>{2}));
+  // h offsets: ceil(40 / 8) + ceil(4 / 8) = 6 chunk states before row 2; its 4th: 10.
+  EXPECT_EQ(values(g.track_ssm_h_src), (std::vector<int64_t>{10}));
+  EXPECT_EQ(values(g.track_ssm_h_dst), (std::vector<int64_t>{202}));
+  EXPECT_FALSE(g.track_ssm_seq_idx);
+  EXPECT_EQ(values(g.mamba_track_mask_indices), (std::vector<int64_t>{0, 2}));
+  EXPECT_FALSE(g.conv_block_table);  // the backend builds none unless it says so
+}
+
+TEST(Sglang, GdnConvBlockTableOfARaggedExtend) {
+  SglangGdnMetadataBuilder b(config());
+  SglStep st;
+  // Blocks of 8 tokens 3, 1, 1, 1, 1, 1: 6 rows * 3 = 18 <= 4 * 8 = 32, no table.
+  st.extend({{0, 20}, {0, 1}, {0, 1}, {0, 1}, {0, 1}, {0, 1}}, SglangMode::Mixed);
+  st.s.conv_block_table = true;
+  EXPECT_FALSE(b.build(st.step).sglang->conv_block_table);
+  // 40 blocks in one row and one each in nine: 10 * 40 = 400 > 4 * 49: the table.
+  SglStep ragged;
+  std::vector<std::pair<int32_t, int32_t>> rows{{0, 320}};
+  for (int i = 0; i < 9; ++i) rows.emplace_back(100, 1);
+  ragged.extend(rows, SglangMode::Mixed);
+  ragged.s.conv_block_table = true;
+  const Array& t = b.build(ragged.step).sglang->conv_block_table;
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t.rows, 49);
+  EXPECT_EQ(t.cols, 2);
+  const std::vector<int64_t> v = values(t);
+  EXPECT_EQ((std::vector<int64_t>{v[0], v[1], v[78], v[79], v[80], v[81], v[96], v[97]}),
+            (std::vector<int64_t>{0, 0, 0, 39, 1, 0, 9, 0}));
+}
+
 TEST(Sglang, RejectedStepsLeaveTheLastMetadata) {
   SglangMamba2MetadataBuilder b(config());
   SglStep good;

@@ -20,9 +20,10 @@ import sglang_cases
 import sglang_steps
 
 import linmeta.sglang
+from linmeta.sglang import gdn as lm_gdn
 from linmeta.sglang import mamba2 as lm_mamba2
 
-LINMETA = {"mamba2": lm_mamba2.LinmetaMamba2AttnBackend}
+LINMETA = {"mamba2": lm_mamba2.LinmetaMamba2AttnBackend, "gdn": lm_gdn.LinmetaGDNAttnBackend}
 
 
 def case_of(step: dict, backends: dict) -> dict:

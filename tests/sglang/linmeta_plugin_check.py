@@ -24,6 +24,7 @@ from sglang.srt.plugins.hook_registry import HookRegistry
 
 import linmeta
 import linmeta.sglang
+from linmeta.sglang.gdn import LinmetaGDNAttnBackend
 from linmeta.sglang.mamba2 import LinmetaMamba2AttnBackend
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -55,11 +56,17 @@ def main() -> int:
     HookRegistry.apply_hooks()  # what sglang.srt.plugins.load_plugins runs after the plugins
     from sglang.srt.layers.attention.hybrid_linear_attn_backend import Mamba2AttnBackend
 
-    checks["0.5.23: Mamba2AttnBackend registered"] = done == [
-        "sglang.srt.layers.attention.hybrid_linear_attn_backend.Mamba2AttnBackend"]
+    checks["0.5.23: Mamba2AttnBackend and GDNAttnBackend registered"] = done == [
+        "sglang.srt.layers.attention.hybrid_linear_attn_backend.Mamba2AttnBackend",
+        "sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend"]
+    from sglang.srt.layers.attention.linear import gdn_backend
+    from sglang.srt.layers.attention.linear.gdn_backend import GDNAttnBackend
+
     checks["module attribute and a function-level import are linmeta's class"] = (
         hlab.Mamba2AttnBackend is LinmetaMamba2AttnBackend
-        and Mamba2AttnBackend is LinmetaMamba2AttnBackend)
+        and Mamba2AttnBackend is LinmetaMamba2AttnBackend
+        and gdn_backend.GDNAttnBackend is LinmetaGDNAttnBackend
+        and GDNAttnBackend is LinmetaGDNAttnBackend)
 
     sw.BACKENDS["mamba2"] = hlab.Mamba2AttnBackend
     rng = __import__("random").Random(3)

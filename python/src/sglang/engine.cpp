@@ -85,9 +85,10 @@ class SglangEngine {
  public:
   /// builder: the object's own linmeta.MetadataBuilder of an SGLang kind; pool: SGLang's
   /// HybridReqToTokenPool (its req_index_to_mamba_index_mapping is read on every call);
-  /// cache_chunk_size, conv_window, topk: the backend's engine constants.
+  /// cache_chunk_size, conv_window, topk, conv_block_table (GDN: SGLang's is_cuda()): the
+  /// backend's engine constants.
   SglangEngine(nb::handle builder, nb::object pool, int32_t cache_chunk_size, int32_t conv_window,
-               int32_t topk)
+               int32_t topk, bool conv_block_table)
       : builder_(nb::borrow(builder)), pool_(std::move(pool)) {
     if (!nb::isinstance<PyBuilder>(builder))
       throw nb::type_error("linmeta.sglang: Engine takes a linmeta.MetadataBuilder");
@@ -100,6 +101,7 @@ class SglangEngine {
     step_.cache_chunk_size = cache_chunk_size;
     step_.conv_window = conv_window;
     step_.topk = topk;
+    step_.conv_block_table = conv_block_table;
     const auto rows = static_cast<size_t>(b_->builder.config().max_num_seqs);
     for (auto* v : {&ext_, &prefix_}) v->reserve(rows);
     track_seqlens_.reserve(rows);
@@ -149,6 +151,7 @@ class SglangEngine {
       const ImportedArray& a = import(seq_cpu, "seq_lens_cpu", false, true);
       s.seq_lens = {static_cast<const int64_t*>(a.data), static_cast<size_t>(a.shape[0])};
     }
+    s.tbo = !attr_or_none(fb, "tbo_parent_token_range").is_none();
     read_spec(fb);
     read_track(fb, bs);
     read_graph(graph);
@@ -363,8 +366,8 @@ void bind_sglang(nb::module_& m) {
                            nb::is_weak_referenceable(),
                            "The native half of one linmeta.sglang backend object, over its own "
                            "linmeta.MetadataBuilder (python/src/sglang/engine.hpp).")
-      .def(nb::init<nb::handle, nb::object, int32_t, int32_t, int32_t>(), "builder"_a, "pool"_a,
-           "cache_chunk_size"_a, "conv_window"_a, "topk"_a)
+      .def(nb::init<nb::handle, nb::object, int32_t, int32_t, int32_t, bool>(), "builder"_a,
+           "pool"_a, "cache_chunk_size"_a, "conv_window"_a, "topk"_a, "conv_block_table"_a)
       .def("build", &SglangEngine::build, "forward_batch"_a, "entry"_a, "graph"_a.none());
 }
 
