@@ -134,6 +134,7 @@ std::vector<int64_t> flat(const json& rows) {
 BuilderKind kind_of(const std::string& backend) {
   if (backend == "mamba2") return BuilderKind::SglangMamba2;
   if (backend == "gdn") return BuilderKind::SglangGdn;
+  if (backend == "lightning") return BuilderKind::SglangLightning;
   throw std::runtime_error("no linmeta kind for SGLang backend " + backend);
 }
 
@@ -369,7 +370,7 @@ class Checker {
     linmeta::Metadata m = got;
     if (!m.sglang) differ("linmeta produced no sglang metadata");
     const std::string type = want.at("type").get<std::string>();
-    if ((type == "Mamba2Metadata") != m.sglang->mamba2_metadata)
+    if ((type != "ForwardMetadata") != m.sglang->kind_metadata)
       differ("object type: SGLang's is " + type);
     compare_object(kind, m, want, "sglang.", mem);
     // Graph entries: every aliased field is a view of that buffer at that offset, and every

@@ -75,6 +75,7 @@ enum class BuilderFamily : int32_t {
 ///  Inkling    InklingSconvMetadataBuilder            (Inkling's short-conv streams)
 ///  SglangMamba2   SGLang's Mamba2AttnBackend             (SGLang: Nemotron-H, Falcon-H1, ...)
 ///  SglangGdn      SGLang's GDNAttnBackend                (SGLang: Qwen3-Next, Qwen3.5, ...)
+///  SglangLightning  SGLang's LightningAttentionBackend   (SGLang: Bailing / Ling, MiniCPM)
 /// It generates BuilderKind, kNumBuilderKinds, the family predicates below,
 /// names::kBuilderKinds (the name case files, the bench and Python use), the
 /// <Enumerator>MetadataBuilder aliases (builder.hpp) and the kind table of the library
@@ -91,7 +92,8 @@ enum class BuilderFamily : int32_t {
   X(PleShortConv, "ple_short_conv", Mamba)   \
   X(Inkling, "inkling", Attention)           \
   X(SglangMamba2, "sglang_mamba2", Sglang)   \
-  X(SglangGdn, "sglang_gdn", Sglang)
+  X(SglangGdn, "sglang_gdn", Sglang)         \
+  X(SglangLightning, "sglang_lightning", Sglang)
 
 enum class BuilderKind : int32_t {
 #define LINMETA_KIND_ENUMERATOR(K, name, family) K,

@@ -116,9 +116,10 @@ struct SglangMixedMetadata {
 /// SGLang's ForwardMetadata and Mamba2Metadata fields (mamba2_metadata.py); those absent are
 /// None (or their dataclass default) in SGLang's object.
 struct SglangMetadata {
-  /// The object is a Mamba2Metadata (else a plain ForwardMetadata: Mamba2's CPU-graph
-  /// capture, which SGLang does not override).
-  bool mamba2_metadata = false;
+  /// The object is the kind's own dataclass, Mamba2Metadata or BailingLinearMetadata
+  /// (else a plain ForwardMetadata: GDN's, and the CPU-graph capture, which SGLang's
+  /// subclasses do not override).
+  bool kind_metadata = false;
   Array query_start_loc;      ///< int32
   Array mamba_cache_indices;  ///< int32 [bs]
   Array mamba_track_indices;  ///< int64 [bs]: the step's (eager) or the graph buffer
@@ -145,7 +146,11 @@ struct SglangMetadata {
   int32_t num_prefills = 0;
   int32_t num_prefill_tokens = 0;
   int32_t num_decodes = 0;
-  std::optional<SglangMixedMetadata> mixed_metadata;
+  std::optional<SglangMixedMetadata> mixed_metadata;  ///< Mamba2
+  // Lightning (BailingLinearMetadata).
+  int32_t batch_size = 0;
+  Array has_initial_states;  ///< bool [bs] (extend), int64 ones [bs] (decode)
+  Array q_lengths;           ///< int32: query_start_loc.diff()
 
   bool operator==(const SglangMetadata&) const = default;
 };

@@ -291,7 +291,7 @@ void pack_sglang_common(Packer& k) {
   if (s == nullptr) s = &kNone;  // count mode
   const SglangGraphBuffers& b = s->graph;
   k.set(Out::Sglang);
-  k.set(Out::SglMamba2Metadata, g.plain ? 0 : 1);
+  k.set(Out::SglKindMetadata, g.plain ? 0 : 1);
   k.set(Out::SglIsTargetVerify, g.is_target_verify ? 1 : 0);
   k.set(Out::SglDraftTokenNum, g.draft_token_num);
   k.set(Out::SglHasMambaTrackMask, g.has_track_mask ? 1 : 0);
@@ -365,12 +365,14 @@ void pack_sglang_common(Packer& k) {
   if (!g.track_extend && !k.counting()) return;
   const int32_t W = k.counting() ? kSglangMaxConvWindow : s->conv_window;
   auto rows_of = [&](std::span<const int32_t> rows, int32_t n) { return k.put(rows.data(), n); };
-  const int32_t conv = k.put(g.conv.data(), g.n_tracked * W);
-  FieldView& cv =
-      k.emit(Out::SglTrackConvIndices, false, g.n_tracked * W,
-             CopyValues{.src = conv, .n_real = g.n_tracked * W, .add = 0}, DType::Int64);
-  cv.rows = g.n_tracked;
-  cv.cols = W;
+  if (has(Out::SglTrackConvIndices)) {
+    const int32_t conv = k.put(g.conv.data(), g.n_tracked * W);
+    FieldView& cv =
+        k.emit(Out::SglTrackConvIndices, false, g.n_tracked * W,
+               CopyValues{.src = conv, .n_real = g.n_tracked * W, .add = 0}, DType::Int64);
+    cv.rows = g.n_tracked;
+    cv.cols = W;
+  }
   const auto track_src = static_cast<int32_t>(SglangSource::TrackIndices);
   const int32_t fin = rows_of(g.final_rows, g.n_final);
   k.emit(Out::SglTrackSsmFinalSrc, false, g.n_final,

@@ -312,6 +312,7 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
   c.chunk_size = 8;
   SglangMamba2MetadataBuilder b(c);
   SglangGdnMetadataBuilder gdn(c);
+  SglangLightningMetadataBuilder lightning(c);
   std::vector<std::unique_ptr<test::SglStep>> steps;
   const auto add = [&]() -> test::SglStep& { return *steps.emplace_back(new test::SglStep); };
   add().rows(40);  // decode
@@ -340,15 +341,19 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
     g.s.track_indices = entry == SglangEntry::CpuGraphCapture ? nullptr : g.track_indices.data();
     g.graph(entry);
   }
+  const auto lightning_takes = [](const test::SglStep& st) { return st.s.topk <= 1; };
   for (const auto& st : steps) {
     b.build(st->step);
     gdn.build(st->step);
+    if (lightning_takes(*st)) lightning.build(st->step);
   }
   int64_t checksum = 0;
   CountAllocations count;
   for (int round = 0; round < 3; ++round)
-    for (const auto& st : steps)
+    for (const auto& st : steps) {
       checksum += b.build(st->step).sglang->num_decodes + gdn.build(st->step).sglang->num_decodes;
+      if (lightning_takes(*st)) checksum += lightning.build(st->step).sglang->batch_size;
+    }
   count.stop();
   EXPECT_EQ(CountAllocations::allocs(), 0);
   EXPECT_EQ(CountAllocations::frees(), 0);

@@ -119,7 +119,7 @@ TEST(Sglang, GdnTracksOnPerSequenceGridsAndKeepsWhatMamba2Drops) {
   st.track();  // lens 40 (aligned), -, 33 (chunk 4 of row 2)
   const Metadata& m = b.build(st.step);
   const SglangMetadata& g = *m.sglang;
-  EXPECT_FALSE(g.mamba2_metadata);
+  EXPECT_FALSE(g.kind_metadata);
   EXPECT_FALSE(g.mixed_metadata);
   EXPECT_EQ(g.logical_num_tokens, 79);
   EXPECT_EQ(values(g.track_chunk_idx), (std::vector<int64_t>{-1, -1, 4}));
@@ -152,6 +152,35 @@ TEST(Sglang, GdnConvBlockTableOfARaggedExtend) {
   const std::vector<int64_t> v = values(t);
   EXPECT_EQ((std::vector<int64_t>{v[0], v[1], v[78], v[79], v[80], v[81], v[96], v[97]}),
             (std::vector<int64_t>{0, 0, 0, 39, 1, 0, 9, 0}));
+}
+
+TEST(Sglang, LightningCountsEveryRowAPrefillAndDecodesHaveInitialStates) {
+  SglangLightningMetadataBuilder b(config(8));
+  SglStep st;
+  st.extend({{0, 40}, {16, 4}, {5, 35}}, SglangMode::Mixed);
+  st.track();
+  const Metadata& m = b.build(st.step);
+  const SglangMetadata& g = *m.sglang;
+  EXPECT_TRUE(g.kind_metadata);  // BailingLinearMetadata
+  EXPECT_EQ(g.num_prefills, 3);
+  EXPECT_EQ(g.num_prefill_tokens, 79);
+  EXPECT_EQ(g.batch_size, 3);
+  EXPECT_EQ(g.has_initial_states.dtype, DType::Bool);
+  EXPECT_EQ(values(g.has_initial_states), (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_EQ(values(g.q_lengths), (std::vector<int64_t>{40, 4, 35}));
+  EXPECT_EQ(values(g.track_ssm_h_src), (std::vector<int64_t>{10}));  // per-sequence grids
+  EXPECT_FALSE(g.track_conv_indices);  // not carried into BailingLinearMetadata
+  EXPECT_FALSE(g.mamba_track_mask_indices);
+  SglStep dec;
+  dec.rows(3);
+  const Metadata& d = b.build(dec.step);
+  EXPECT_EQ(d.sglang->has_initial_states.dtype, DType::Int64);  // ones_like(seq_lens)
+  EXPECT_EQ(values(d.sglang->has_initial_states), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(d.sglang->num_decodes, 3);
+  SglStep tree;
+  tree.rows(2);
+  tree.s.topk = 2;
+  testing::expect_error([&] { b.build(tree.step); }, {"topk > 1"});
 }
 
 TEST(Sglang, RejectedStepsLeaveTheLastMetadata) {

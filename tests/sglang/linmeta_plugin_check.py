@@ -56,9 +56,10 @@ def main() -> int:
     HookRegistry.apply_hooks()  # what sglang.srt.plugins.load_plugins runs after the plugins
     from sglang.srt.layers.attention.hybrid_linear_attn_backend import Mamba2AttnBackend
 
-    checks["0.5.23: Mamba2AttnBackend and GDNAttnBackend registered"] = done == [
+    checks["0.5.23: Mamba2AttnBackend, GDNAttnBackend, LightningAttentionBackend registered"] = done == [
         "sglang.srt.layers.attention.hybrid_linear_attn_backend.Mamba2AttnBackend",
-        "sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend"]
+        "sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend",
+        "sglang.srt.layers.attention.linear.lightning_backend.LightningAttentionBackend"]
     from sglang.srt.layers.attention.linear import gdn_backend
     from sglang.srt.layers.attention.linear.gdn_backend import GDNAttnBackend
 
@@ -101,6 +102,8 @@ def main() -> int:
     checks["fresh view objects per result"] = (
         a["query_start_loc"] is not b["query_start_loc"]
         and a["query_start_loc"].data_ptr() == b["query_start_loc"].data_ptr())
+    del world, eng, fb, a, b
+    sglang_cases.close_all()
     for name, ok in checks.items():
         print(f"{'ok  ' if ok else 'FAIL'} {name}")
     return 0 if all(checks.values()) else 1

@@ -88,7 +88,7 @@ class Backend:
     def _linmeta_object(self, fields: dict):
         from sglang.srt.layers.attention.mamba.mamba2_metadata import ForwardMetadata
 
-        own = fields.pop("mamba2_metadata", False)
+        own = fields.pop("kind_metadata", False)
         mixed = fields.get("mixed_metadata")
         if mixed is not None and self.MIXED is not None:
             fields["mixed_metadata"] = _instance(self.MIXED, mixed)
