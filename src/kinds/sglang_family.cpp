@@ -295,6 +295,11 @@ void pack_sglang_common(Packer& k) {
   k.set(Out::SglIsTargetVerify, g.is_target_verify ? 1 : 0);
   k.set(Out::SglDraftTokenNum, g.draft_token_num);
   k.set(Out::SglHasMambaTrackMask, g.has_track_mask ? 1 : 0);
+  if (!g.plain) {  // the counts of the kinds with a dataclass of their own (rows SML)
+    k.set(Out::SglNumPrefills, g.num_prefills);
+    k.set(Out::SglNumPrefillTokens, g.num_prefill_tokens);
+    k.set(Out::SglNumDecodes, g.num_decodes);
+  }
   // The step's device arrays, for the jobs.
   k.align_even();
   const int32_t refs = k.reserve(kSglangRefsWords, [&](int32_t* dst) {

@@ -31,8 +31,9 @@ void plan(Ctx& x) {
   if (g.plain) return;
   const SglangStep& s = *g.step;
   if (g.qsl_len == 0)
-    reject("sglang: a draft extend without extend metadata has no query_start_loc (SGLang's "
-           "prepare_mixed fails on it)");
+    reject(
+        "sglang: a draft extend without extend metadata has no query_start_loc (SGLang's "
+        "prepare_mixed fails on it)");
   if (g.graph || s.extend_num_tokens < 0) {  // prepare_decode
     g.decode_counts = true;
     g.num_decodes = g.bs;
@@ -56,9 +57,6 @@ void pack_fields(Packer& k) {
   pack_sglang_common(k);
   const SglangPlan& g = k.p.sgl;
   if (g.plain && !k.counting()) return;
-  k.set(Out::SglNumPrefills, g.num_prefills);
-  k.set(Out::SglNumPrefillTokens, g.num_prefill_tokens);
-  k.set(Out::SglNumDecodes, g.num_decodes);
   k.set(Out::SglBatchSize, g.bs);
   const int32_t n = g.bs;
   if (g.mixed) {

@@ -103,9 +103,6 @@ void pack_fields(Packer& k) {
   pack_sglang_common(k);
   const SglangPlan& g = k.p.sgl;
   if (g.plain && !k.counting()) return;
-  k.set(Out::SglNumPrefills, g.num_prefills);
-  k.set(Out::SglNumPrefillTokens, g.num_prefill_tokens);
-  k.set(Out::SglNumDecodes, g.num_decodes);
   if (g.mask_indices || k.counting()) pack_track_mask_indices(k);
   if (!g.mixed && !k.counting()) return;
   const int32_t n = g.bs;
