@@ -65,11 +65,13 @@ inline constexpr uint32_t INK = 1U << static_cast<int>(BuilderKind::Inkling);
 inline constexpr uint32_t SM2 = 1U << static_cast<int>(BuilderKind::SglangMamba2);
 inline constexpr uint32_t SGD = 1U << static_cast<int>(BuilderKind::SglangGdn);
 inline constexpr uint32_t SLT = 1U << static_cast<int>(BuilderKind::SglangLightning);
-inline constexpr uint32_t SGL = SM2 | SGD | SLT;  ///< the SGLang kinds (Metadata::sglang)
-inline constexpr uint32_t SMG = SM2 | SGD;        ///< SGLang's Mamba2 and GDN
-inline constexpr uint32_t SML = SM2 | SLT;        ///< SGLang's own dataclasses (Mamba2, Lightning)
-inline constexpr uint32_t GK = G | K;             ///< GDN and KDA
-inline constexpr uint32_t GKP = GK | PSC;         ///< the speculative split's fields
+inline constexpr uint32_t SKD = 1U << static_cast<int>(BuilderKind::SglangKda);
+inline constexpr uint32_t SGL = SM2 | SGD | SLT | SKD;  ///< the SGLang kinds (Metadata::sglang)
+inline constexpr uint32_t SGK = SGD | SKD;              ///< SGLang's GDN and KDA
+inline constexpr uint32_t SMG = SM2 | SGK;              ///< SGLang's Mamba2, GDN and KDA
+inline constexpr uint32_t SML = SM2 | SLT;  ///< SGLang's own dataclasses (Mamba2, Lightning)
+inline constexpr uint32_t GK = G | K;       ///< GDN and KDA
+inline constexpr uint32_t GKP = GK | PSC;   ///< the speculative split's fields
 inline constexpr uint32_t MB = M2 | M1 | SC | PSC;  ///< the Mamba base builders
 inline constexpr uint32_t LA = L | BL;              ///< linear attention
 inline constexpr uint32_t LAP = LA | PSC;           ///< query_start_loc, state_indices_tensor
@@ -114,7 +116,7 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
     LINMETA_SGL(mamba_track_indices))                                                              \
   X(SglConvBlockTable, "sglang.conv_block_table", SGD, Int32, Pairs, Batch, Conv, None,            \
     LINMETA_SGL(conv_block_table))                                                                 \
-  X(SglLogicalNumTokens, "sglang.logical_num_tokens", SGD, Int32, Vec, Batch, None, None,          \
+  X(SglLogicalNumTokens, "sglang.logical_num_tokens", SGK, Int32, Vec, Batch, None, None,          \
     LINMETA_SGL(logical_num_tokens))                                                               \
   X(SglRetrieveNextToken, "sglang.retrieve_next_token", SMG, Int64, Vec, Batch, Input, None,       \
     LINMETA_SGL(retrieve_next_token))                                                              \
@@ -132,9 +134,9 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
     LINMETA_SGL(track_ssm_final_src))                                                              \
   X(SglTrackSsmFinalDst, "sglang.track_ssm_final_dst", SGL, Int64, Vec, Batch, Rows, None,         \
     LINMETA_SGL(track_ssm_final_dst))                                                              \
-  X(SglTrackChunkIdx, "sglang.track_chunk_idx", SGD, Int32, Vec, Batch, Rows, None,                \
+  X(SglTrackChunkIdx, "sglang.track_chunk_idx", SGK, Int32, Vec, Batch, Rows, None,                \
     LINMETA_SGL(track_chunk_idx))                                                                  \
-  X(SglTrackSsmHBatchSrc, "sglang.track_ssm_h_batch_src", SGD, Int64, Vec, Batch, Rows, None,      \
+  X(SglTrackSsmHBatchSrc, "sglang.track_ssm_h_batch_src", SGK, Int64, Vec, Batch, Rows, None,      \
     LINMETA_SGL(track_ssm_h_batch_src))                                                            \
   X(SglTrackSsmSeqIdx, "sglang.track_ssm_seq_idx", SM2, Int64, Vec, Batch, Rows, None,             \
     LINMETA_SGL(track_ssm_seq_idx))                                                                \

@@ -272,6 +272,13 @@ void plan_tracked_rows(SglangPlan& g, const SglangStep& s) {
     if (s.track_mask[static_cast<size_t>(r)]) g.tracked[g.n_tracked++] = r;
 }
 
+void plan_track_mask_indices(SglangPlan& g, const SglangStep& s) {
+  if (!g.has_track_mask) return;
+  if (s.track_indices == nullptr) reject("sglang.track_indices (device) is null");
+  g.mask_indices = true;
+  plan_tracked_rows(g, s);
+}
+
 void pack_track_mask_indices(Packer& k) {
   const SglangPlan& g = k.p.sgl;
   const int32_t rows = k.put(g.tracked.data(), g.n_tracked);

@@ -22,6 +22,9 @@ void pack_sglang_common(Packer& k);
 
 /// The tracked rows (the host mask's) into p.sgl.tracked, when tracking planned none.
 void plan_tracked_rows(SglangPlan& g, const SglangStep& s);
+/// GDN's and KDA's rule: on a step with a tracked row, the tracked rows and their
+/// destinations (the common part's host rows, else SGLang's mask.nonzero(): the same rows).
+void plan_track_mask_indices(SglangPlan& g, const SglangStep& s);
 /// mamba_track_mask_indices (the tracked rows) and conv_states_mask_indices (their
 /// destinations, gathered from the step's mamba_track_indices).
 void pack_track_mask_indices(Packer& k);

@@ -37,13 +37,8 @@ void plan(Ctx& x) {
   plan_sglang_common(x);
   SglangPlan& g = x.p.sgl;
   if (g.plain || g.graph) return;
-  const SglangStep& s = *g.step;
-  if (g.has_track_mask) {
-    if (s.track_indices == nullptr) reject("sglang.track_indices (device) is null");
-    g.mask_indices = true;
-    plan_tracked_rows(g, s);
-  }
-  plan_conv_table(g, s);
+  plan_track_mask_indices(g, *g.step);
+  plan_conv_table(g, *g.step);
 }
 
 void pack_gathers(Packer&) {}

@@ -313,6 +313,7 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
   SglangMamba2MetadataBuilder b(c);
   SglangGdnMetadataBuilder gdn(c);
   SglangLightningMetadataBuilder lightning(c);
+  SglangKdaMetadataBuilder kda(c);
   std::vector<std::unique_ptr<test::SglStep>> steps;
   const auto add = [&]() -> test::SglStep& { return *steps.emplace_back(new test::SglStep); };
   add().rows(40);  // decode
@@ -345,6 +346,7 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
   for (const auto& st : steps) {
     b.build(st->step);
     gdn.build(st->step);
+    kda.build(st->step);
     if (lightning_takes(*st)) lightning.build(st->step);
   }
   int64_t checksum = 0;
@@ -352,6 +354,7 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
   for (int round = 0; round < 3; ++round)
     for (const auto& st : steps) {
       checksum += b.build(st->step).sglang->num_decodes + gdn.build(st->step).sglang->num_decodes;
+      checksum += kda.build(st->step).sglang->draft_token_num;
       if (lightning_takes(*st)) checksum += lightning.build(st->step).sglang->batch_size;
     }
   count.stop();

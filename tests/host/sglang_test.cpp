@@ -183,6 +183,25 @@ TEST(Sglang, LightningCountsEveryRowAPrefillAndDecodesHaveInitialStates) {
   testing::expect_error([&] { b.build(tree.step); }, {"topk > 1"});
 }
 
+TEST(Sglang, KdaIsGdnWithoutTheConvBlockTable) {
+  SglStep st;
+  std::vector<std::pair<int32_t, int32_t>> rows{{0, 320}};
+  for (int i = 0; i < 9; ++i) rows.emplace_back(100, 1);
+  st.extend(rows, SglangMode::Mixed);
+  st.s.conv_block_table = true;
+  st.track();
+  SglangKdaMetadataBuilder kda(config(8));
+  SglangGdnMetadataBuilder gdn(config(8));
+  const Metadata k = kda.build(st.step);
+  const Metadata g = gdn.build(st.step);
+  EXPECT_FALSE(k.sglang->conv_block_table);
+  EXPECT_TRUE(g.sglang->conv_block_table);
+  EXPECT_EQ(values(k.sglang->mamba_track_mask_indices), (std::vector<int64_t>{0}));
+  EXPECT_EQ(values(k.sglang->track_ssm_h_src), values(g.sglang->track_ssm_h_src));
+  EXPECT_EQ(values(k.sglang->track_chunk_idx), values(g.sglang->track_chunk_idx));
+  EXPECT_EQ(k.sglang->logical_num_tokens, 329);
+}
+
 TEST(Sglang, RejectedStepsLeaveTheLastMetadata) {
   SglangMamba2MetadataBuilder b(config());
   SglStep good;

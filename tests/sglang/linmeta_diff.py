@@ -21,6 +21,7 @@ import sglang_steps
 
 import linmeta.sglang
 from linmeta.sglang import gdn as lm_gdn
+from linmeta.sglang import kda as lm_kda
 from linmeta.sglang import lightning as lm_lightning
 from linmeta.sglang import mamba2 as lm_mamba2
 
@@ -28,6 +29,7 @@ LINMETA = {
     "mamba2": lm_mamba2.LinmetaMamba2AttnBackend,
     "gdn": lm_gdn.LinmetaGDNAttnBackend,
     "lightning": lm_lightning.LinmetaLightningAttentionBackend,
+    "kda": lm_kda.LinmetaKDAAttnBackend,
 }
 
 

@@ -2,11 +2,12 @@
 
 SGLang loads general plugins from the ``sglang.srt.plugins`` entry-point group in every process
 that builds a model; linmeta's entry point is :func:`register` (pyproject.toml). With SGLang
-0.5.23 it replaces ``Mamba2AttnBackend``, ``GDNAttnBackend`` and
-``LightningAttentionBackend`` (SGLang's hook registry, ``HookType.REPLACE``) by linmeta's
-subclasses (:mod:`linmeta.sglang.mamba2`, :mod:`~linmeta.sglang.gdn`,
-:mod:`~linmeta.sglang.lightning`), whose metadata entry points build each step with one plan
-and one launch of linmeta's ``sglang_mamba2`` / ``sglang_gdn`` / ``sglang_lightning`` kind. Under another
+0.5.23 it replaces ``Mamba2AttnBackend``, ``GDNAttnBackend``, ``LightningAttentionBackend``
+and ``KDAAttnBackend`` (SGLang's hook registry, ``HookType.REPLACE``) by linmeta's subclasses
+(:mod:`linmeta.sglang.mamba2`, :mod:`~linmeta.sglang.gdn`, :mod:`~linmeta.sglang.lightning`,
+:mod:`~linmeta.sglang.kda`), whose metadata entry points build each step with one plan and
+one launch of linmeta's ``sglang_mamba2`` / ``sglang_gdn`` / ``sglang_lightning`` /
+``sglang_kda`` kind. Under another
 SGLang version it leaves SGLang's classes alone and says so once. ``LINMETA_SGLANG=0`` turns
 it off; ``SGLANG_PLUGINS=linmeta`` (SGLang's own variable) restricts SGLang to this plugin.
 """
@@ -29,6 +30,7 @@ BACKENDS = (
     (f"{_LIN}.gdn_backend.GDNAttnBackend", "gdn", "LinmetaGDNAttnBackend"),
     (f"{_LIN}.lightning_backend.LightningAttentionBackend", "lightning",
      "LinmetaLightningAttentionBackend"),
+    (f"{_LIN}.kda_backend.KDAAttnBackend", "kda", "LinmetaKDAAttnBackend"),
 )
 
 _said = False

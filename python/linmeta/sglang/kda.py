@@ -1,0 +1,27 @@
+"""linmeta's SGLang KDAAttnBackend: SGLang 0.5.23's class with its metadata entry points built
+by linmeta's ``sglang_kda`` kind (docs/sglang.md, "KDA"). What stays SGLang's: the breakable
+prefill-graph tables (``init_prefill_graph_metadata`` / ``refresh_prefill_graph_metadata``,
+not overridden), the FlashInfer prefill's checkpoint plan (such a backend takes SGLang's own
+method), the forward and its kernels."""
+
+from __future__ import annotations
+
+from sglang.srt.layers.attention.linear.kda_backend import KDAAttnBackend
+from sglang.srt.layers.attention.mamba.mamba2_metadata import ForwardMetadata
+
+from ._common import Backend
+
+
+class LinmetaKDAAttnBackend(Backend, KDAAttnBackend):
+    KIND = "sglang_kda"
+    METADATA = ForwardMetadata
+
+    def _linmeta_serves(self, fb) -> bool:
+        return (
+            super()._linmeta_serves(fb)
+            and not self.kernel_dispatcher.extend_kernel.uses_state_checkpoints
+        )
+
+    def _linmeta_after(self, fb, eager: bool) -> None:
+        if eager:  # an eager forward never runs on a graph bucket's tables
+            self.prefill_graph_metadata = None
