@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+from sglang.srt.layers.attention.mamba.mamba2_metadata import ForwardMetadata
+
 from .._linmeta import MetadataBuilder
 from .._linmeta import sglang as _native
 
@@ -86,8 +88,6 @@ class Backend:
         return self._linmeta_object(fields)
 
     def _linmeta_object(self, fields: dict):
-        from sglang.srt.layers.attention.mamba.mamba2_metadata import ForwardMetadata
-
         own = fields.pop("kind_metadata", False)
         mixed = fields.get("mixed_metadata")
         if mixed is not None and self.MIXED is not None:
@@ -186,11 +186,11 @@ def _instance(cls, fields: dict):
     default among them), the others at their defaults: what cls(**fields) makes, without
     running its __init__ (SGLang's metadata dataclasses have no __post_init__)."""
     values, names = _defaults(cls)
-    obj = cls.__new__(cls)
-    d = dict(values)
+    d = values.copy()
     d.update(fields)
     if len(d) != len(names):
         raise TypeError(f"{cls.__name__}: fields {sorted(set(d) ^ names)}")
+    obj = cls.__new__(cls)
     object.__setattr__(obj, "__dict__", d)
     return obj
 

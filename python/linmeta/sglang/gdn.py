@@ -21,10 +21,14 @@ class LinmetaGDNAttnBackend(Backend, GDNAttnBackend):
         return gdn_backend.is_cuda()
 
     def _linmeta_serves(self, fb) -> bool:
+        checkpoints = getattr(self, "_linmeta_checkpoints", None)
+        if checkpoints is None:  # the backend's prefill kernel: fixed at construction
+            checkpoints = self._linmeta_checkpoints = bool(
+                self.kernel_dispatcher.extend_uses_state_checkpoints)
         return (
-            super()._linmeta_serves(fb)
+            not checkpoints
             and getattr(fb, "multi_item_delimiter_indices", None) is None
-            and not self.kernel_dispatcher.extend_uses_state_checkpoints
+            and super()._linmeta_serves(fb)
         )
 
     def _linmeta_after(self, fb, eager: bool) -> None:

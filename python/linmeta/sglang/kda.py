@@ -17,10 +17,11 @@ class LinmetaKDAAttnBackend(Backend, KDAAttnBackend):
     METADATA = ForwardMetadata
 
     def _linmeta_serves(self, fb) -> bool:
-        return (
-            super()._linmeta_serves(fb)
-            and not self.kernel_dispatcher.extend_kernel.uses_state_checkpoints
-        )
+        checkpoints = getattr(self, "_linmeta_checkpoints", None)
+        if checkpoints is None:  # the backend's prefill kernel: fixed at construction
+            checkpoints = self._linmeta_checkpoints = bool(
+                self.kernel_dispatcher.extend_kernel.uses_state_checkpoints)
+        return not checkpoints and super()._linmeta_serves(fb)
 
     def _linmeta_after(self, fb, eager: bool) -> None:
         if eager:  # an eager forward never runs on a graph bucket's tables
