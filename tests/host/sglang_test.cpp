@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
+#include "common/test_seed.hpp"
 #include "linmeta/builder.hpp"
 #include "linmeta/error.hpp"
 #include "rejection.hpp"
@@ -260,6 +262,77 @@ TEST(Sglang, RejectedStepsLeaveTheLastMetadata) {
         st.s.graph.query_start_loc = nullptr;
       },
       {"graph entry writes"});
+}
+
+/// Random steps, many of them outside the contract (lengths, modes, padding, tracking
+/// values, request rows, graph buffers): every kind answers with metadata or a
+/// linmeta::Error, nothing else (the sanitizer builds check the memory accesses).
+TEST(Sglang, HostileStepsGetMetadataOrAnError) {
+  const uint32_t seed = testing::test_seed(42);
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  auto wild = [&](int64_t usual_hi) -> int64_t {
+    switch (pick(0, 9)) {
+      case 0:
+        return -pick(1, 5);
+      case 1:
+        return pick(1 << 20, INT32_MAX);
+      default:
+        return pick(0, usual_hi);
+    }
+  };
+  SglangMamba2MetadataBuilder m2(config(8));
+  SglangGdnMetadataBuilder gdn(config(8));
+  SglangKdaMetadataBuilder kda(config(8));
+  SglangLightningMetadataBuilder lt(config(8));
+  int built = 0, rejected = 0;
+  for (int i = 0; i < 3000; ++i) {
+    SglStep st;
+    const auto bs = static_cast<int32_t>(pick(1, 12));
+    std::vector<std::pair<int32_t, int32_t>> rows;
+    for (int32_t r = 0; r < bs; ++r)
+      rows.emplace_back(static_cast<int32_t>(wild(300)), static_cast<int32_t>(wild(90)));
+    st.extend(rows, static_cast<SglangMode>(pick(0, 6)));
+    st.s.logical_mode = static_cast<SglangMode>(pick(0, 6));
+    if (pick(0, 3) == 0) st.s.extend_seq_lens = {};
+    if (pick(0, 3) == 0) st.s.extend_num_tokens = static_cast<int32_t>(wild(500));
+    st.s.num_tokens = static_cast<int32_t>(wild(600));
+    st.s.has_spec_info = pick(0, 1) == 1;
+    st.s.draft_token_num = static_cast<int32_t>(wild(5));
+    st.s.topk = static_cast<int32_t>(pick(0, 2));
+    st.s.conv_block_table = pick(0, 1) == 1;
+    for (auto& r : st.rpi) r = wild(80);
+    if (pick(0, 2) == 0) {
+      st.track();
+      for (auto& v : st.track_seqlens) v = wild(400);
+    }
+    if (pick(0, 2) == 0) {
+      st.rnt.assign(static_cast<size_t>(bs) * 8, 1);
+      st.rns.assign(static_cast<size_t>(bs) * 8, 2);
+      st.s.retrieve_next_token = st.rnt.data();
+      st.s.retrieve_next_sibling = st.rns.data();
+      st.s.retrieve_rows = static_cast<int32_t>(wild(bs));
+      st.s.draft_token_num = std::clamp(st.s.draft_token_num, 1, 8);
+    }
+    if (pick(0, 1) == 0) {
+      st.graph(static_cast<SglangEntry>(pick(1, 3)), std::clamp(st.s.draft_token_num, 1, 8));
+      st.s.num_padding = static_cast<int32_t>(pick(0, 2) == 0 ? wild(20) : -1);
+    }
+    if (pick(0, 4) == 0) st.s.batch_size = static_cast<int32_t>(wild(40));  // not the arrays'
+    for (MetadataBuilder* b : std::initializer_list<MetadataBuilder*>{&m2, &gdn, &kda, &lt}) {
+      try {
+        b->build(st.step);
+        ++built;
+      } catch (const Error&) {
+        ++rejected;
+      }
+    }
+  }
+  EXPECT_GT(built, 300);
+  EXPECT_GT(rejected, 500);
 }
 
 TEST(Sglang, TheKindTakesNoneOfVllmsOptions) {
