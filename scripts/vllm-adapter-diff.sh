@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Object-to-object differential test of linmeta.vllm (the vllm-0.34 profile, which it chooses
 # itself under vLLM 0.34) against vLLM 0.34.0's real metadata builders, on CPU (docs/vllm.md):
-# GDN, KDA and the Mamba family (Mamba2, Mamba1, ShortConv, linear attention). Not part of
+# GDN, KDA, the Mamba family (Mamba2, Mamba1, ShortConv, PLE ShortConv, linear attention,
+# Bailing; ReplaySSM's Triton path) and Inkling's short-conv builder. Not part of
 # .ci/run: the venv is ~8.5 GB.
 #
 #   scripts/vllm-adapter-diff.sh [--builders LIST] [--steps N] [--seed S] [--zero-drafts P]
-#                                [--dump FILE] [--record FILE]
+#                                [--dump FILE] [--record FILE] [--replayssm-steps N]
+#                                [--capture-steps N]
 #
 # --builders: comma-separated, of gdn,kda,mamba2,mamba1,short_conv,linear,bailing_linear,
-# ple_short_conv
+# ple_short_conv,inkling
 # (default all).
+# --replayssm-steps N: ReplaySSM (Triton) steps per base-Mamba builder (default: --steps);
+# --capture-steps N: Inkling capture steps (default: --steps).
 # --dump FILE: every differing case as a JSON line (the case format; replayable).
 #
 # 1. needs the venv of scripts/vllm-diff.sh ($LINMETA_VLLM_VENV, default ../venv-vllm beside
@@ -31,7 +35,8 @@ ROOT=$(pwd)
 source scripts/env.sh
 
 STEPS=2000 SEED=1 ZERO_DRAFTS=10 RECORD="" DUMP=""
-BUILDERS=gdn,kda,mamba2,mamba1,short_conv,linear,bailing_linear,ple_short_conv
+BUILDERS=gdn,kda,mamba2,mamba1,short_conv,linear,bailing_linear,ple_short_conv,inkling
+EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --builders) BUILDERS=$2; shift 2 ;;
@@ -40,6 +45,7 @@ while [ $# -gt 0 ]; do
     --seed) SEED=$2; shift 2 ;;
     --zero-drafts) ZERO_DRAFTS=$2; shift 2 ;;
     --record) RECORD=$2; shift 2 ;;
+    --replayssm-steps|--capture-steps) EXTRA+=("$1" "$2"); shift 2 ;;
     *) echo "usage: $0 [--builders LIST] [--steps N] [--seed S] [--zero-drafts P] [--dump FILE]" \
         "[--record FILE]" >&2
       exit 2 ;;
@@ -71,7 +77,7 @@ trap 'rm -f "$OUT"' EXIT
 status=0
 start=$(date +%s)
 "$PY" tests/vllm/adapter_diff.py --builders "$BUILDERS" --steps "$STEPS" --seed "$SEED" \
-  --zero-drafts "$ZERO_DRAFTS" ${DUMP:+--dump "$DUMP"} 2> >(grep -Ev "$QUIET" >&2) |
+  --zero-drafts "$ZERO_DRAFTS" ${DUMP:+--dump "$DUMP"} "${EXTRA[@]}" 2> >(grep -Ev "$QUIET" >&2) |
   tee "$OUT" || status=$?
 echo "wall: $(( $(date +%s) - start )) s" | tee -a "$OUT"
 if [ "$(installed)" != "$EXT" ]; then
@@ -82,7 +88,7 @@ fi
 if [ -n "$RECORD" ]; then
   {
     echo "linmeta.vllm vs vLLM 0.34.0, object to object ($(date -u +%Y-%m-%d), linmeta $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' + uncommitted changes'))"
-    echo "scripts/vllm-adapter-diff.sh --builders $BUILDERS --steps $STEPS --seed $SEED --zero-drafts $ZERO_DRAFTS"
+    echo "scripts/vllm-adapter-diff.sh --builders $BUILDERS --steps $STEPS --seed $SEED --zero-drafts $ZERO_DRAFTS ${EXTRA[*]}"
     cat "$OUT"
   } > "$RECORD"
 fi

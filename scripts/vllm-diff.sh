@@ -4,7 +4,8 @@
 # .ci/run: the venv is ~8.5 GB.
 #
 #   scripts/vllm-diff.sh [--steps N] [--chunk C] [--seed S] [--zero-drafts P] [--record FILE]
-#                        [--builders "gdn kda"] [--keep DIR] [--make-data]
+#                        [--builders "gdn kda"] [--keep DIR] [--make-data] [--replayssm]
+#                        [--build DIR]
 #
 # --builders also takes vLLM's Mamba family: "mamba2 mamba1 short_conv linear bailing_linear
 # ple_short_conv", and Inkling's short-conv builder "inkling" (its Triton kernel runs in Triton's
@@ -29,12 +30,18 @@
 # steps), tests/data/vllm034_mamba.jsonl (of the Mamba-family steps) and
 # tests/data/vllm034_inkling.jsonl (of the inkling steps).
 # --keep DIR writes every filled chunk to DIR/BUILDER-SEED.jsonl.
+# --replayssm (the Mamba base builders mamba2 mamba1 short_conv ple_short_conv): every step's
+# configuration has ReplaySSM's Triton path on (mamba_steps.py --replayssm); with --make-data
+# the sample goes to tests/data/vllm034_replayssm.jsonl instead.
+# --build DIR takes linmeta-replay from an existing build directory (e.g. build/dev) instead
+# of building the release preset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 source scripts/env.sh
 
 STEPS=10000 CHUNK=1000 SEED=1 RECORD="" MAKE_DATA=0 ZERO_DRAFTS=10 BUILDERS="gdn kda" KEEP=""
+REPLAYSSM=0 BUILD=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS=$2; shift 2 ;;
@@ -45,7 +52,9 @@ while [ $# -gt 0 ]; do
     --builders) BUILDERS=$2; shift 2 ;;
     --keep) KEEP=$2; shift 2 ;;
     --make-data) MAKE_DATA=1; shift ;;
-    *) echo "usage: $0 [--steps N] [--chunk C] [--seed S] [--zero-drafts P] [--record FILE] [--builders LIST] [--keep DIR] [--make-data]" >&2
+    --replayssm) REPLAYSSM=1; shift ;;
+    --build) BUILD=$2; shift 2 ;;
+    *) echo "usage: $0 [--steps N] [--chunk C] [--seed S] [--zero-drafts P] [--record FILE] [--builders LIST] [--keep DIR] [--make-data] [--replayssm] [--build DIR]" >&2
       exit 2 ;;
   esac
 done
@@ -74,6 +83,10 @@ for builder in $BUILDERS; do
   elif [ "$builder" = gdn ] || [ "$builder" = kda ]; then any_gdn=1
   else echo "unknown builder '$builder' (gdn kda mamba2 mamba1 short_conv linear bailing_linear ple_short_conv inkling)" >&2; exit 2
   fi
+  case "$REPLAYSSM:$builder" in
+    1:mamba2|1:mamba1|1:short_conv|1:ple_short_conv|0:*) ;;
+    *) echo "--replayssm: '$builder' is no Mamba base builder (mamba2 mamba1 short_conv ple_short_conv)" >&2; exit 2 ;;
+  esac
 done
 
 if [ "$any_gdn" = 1 ]; then
@@ -81,7 +94,8 @@ if [ "$any_gdn" = 1 ]; then
   harness check "$ROOT/tests/data/vllm034_public.jsonl"
 fi
 if [ "$any_mamba" = 1 ]; then
-  for f in vllm034_mamba_public.jsonl vllm034_mamba_public_errors.jsonl; do
+  for f in vllm034_mamba_public.jsonl vllm034_mamba_public_errors.jsonl vllm034_replayssm.jsonl; do
+    if [ ! -f "$ROOT/tests/data/$f" ]; then continue; fi
     echo "== harness vs tests/data/$f"
     harness check "$ROOT/tests/data/$f"
   done
@@ -89,10 +103,14 @@ if [ "$any_mamba" = 1 ]; then
 fi
 if [ -n "$KEEP" ]; then mkdir -p "$KEEP"; fi
 
-echo "== build"
-cmake --preset release > /dev/null
-cmake --build --preset release --target linmeta-stepgen linmeta-replay > /dev/null
-BIN=build/release
+if [ -n "$BUILD" ]; then
+  BIN=$BUILD
+else
+  echo "== build"
+  cmake --preset release > /dev/null
+  cmake --build --preset release --target linmeta-stepgen linmeta-replay > /dev/null
+  BIN=build/release
+fi
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
@@ -105,7 +123,8 @@ for builder in $BUILDERS; do
     s=$(( SEED * 1000 + chunk_no ))
     if is_mamba "$builder"; then
       "$PY" tests/vllm/mamba_steps.py --builder "$builder" --count "$n" --seed "$s" \
-        --zero-drafts-percent "$ZERO_DRAFTS" > "$WORK/steps.jsonl"
+        --zero-drafts-percent "$ZERO_DRAFTS" $([ "$REPLAYSSM" = 1 ] && echo --replayssm) \
+        > "$WORK/steps.jsonl"
     else
       "$BIN/tools/linmeta-stepgen" --builder "$builder" --profile vllm-0.34 --count "$n" --seed "$s" \
         --zero-drafts-percent "$ZERO_DRAFTS" > "$WORK/steps.jsonl"
@@ -136,7 +155,7 @@ for builder in $BUILDERS; do
     done_steps=$(( done_steps + n )) chunk_no=$(( chunk_no + 1 ))
     echo "$builder: $done_steps/$STEPS steps: replay $passed passed, $failed failed"
   done
-  line="$builder: $STEPS random steps (seeds $((SEED * 1000))..$((SEED * 1000 + chunk_no - 1)),"
+  line="$builder$([ "$REPLAYSSM" = 1 ] && echo ' (ReplaySSM)'): $STEPS random steps (seeds $((SEED * 1000))..$((SEED * 1000 + chunk_no - 1)),"
   if [ "$fill_only" = 1 ]; then
     line+=" $raised raised in the wheel, filled in ${fill_s} s): fill only, linmeta-replay does not take"
     line+=" $builder cases yet (filled files: $KEEP/$builder-*.jsonl)"
@@ -158,7 +177,10 @@ if [ "$MAKE_DATA" = 1 ]; then
   if [ ${#gdn_kept[@]} -gt 0 ]; then
     python3 tests/vllm/select_cases.py tests/data/vllm034.jsonl "${gdn_kept[@]}" --per-tag 14
   fi
-  if [ ${#mamba_kept[@]} -gt 0 ]; then
+  if [ ${#mamba_kept[@]} -gt 0 ] && [ "$REPLAYSSM" = 1 ]; then
+    python3 tests/vllm/select_cases.py tests/data/vllm034_replayssm.jsonl "${mamba_kept[@]}" \
+      --prefix vllm034_replayssm --per-tag 2 --max-bytes 40000
+  elif [ ${#mamba_kept[@]} -gt 0 ]; then
     python3 tests/vllm/select_cases.py tests/data/vllm034_mamba.jsonl "${mamba_kept[@]}" \
       --prefix vllm034_mamba --per-tag 2 --max-bytes 40000
   fi

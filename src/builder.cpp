@@ -88,6 +88,7 @@ std::span<const Metadata> MetadataBuilder::Impl::build(const Step& step,
     m.target = options_.target;
     m.step_id = plan.step_id;
     m.spec_rows_staged = plan.stage_spec;
+    m.decode_rows_staged = plan.stage_decode;
     const StepArrays in{
         step.seq_lens, step.num_accepted_tokens, step.query_start_loc,
         tables[static_cast<size_t>(g)],

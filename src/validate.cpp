@@ -34,6 +34,17 @@ void validate_profile(const Config& c, BuilderKind kind) {
       fail(fmt::format("config.prefill_backend = {} is a GDN / KDA option; the {} builder has none",
                        backend, kind_name(kind)));
   }
+  if (c.use_replayssm && !k.replayssm)
+    fail(fmt::format(
+        "config.use_replayssm is an option of vLLM's Mamba base builders; the {} builder has none",
+        kind_name(kind)));
+  // vLLM 0.34 runs ReplaySSM's speculative decoding on FlashInfer only (VllmConfig's
+  // validate_mamba_cached_kernel), whose scratch linmeta does not serve.
+  if (c.use_replayssm && c.num_spec > 0)
+    fail(fmt::format(
+        "config.use_replayssm with num_spec = {}: vLLM 0.34's ReplaySSM speculative decoding "
+        "is FlashInfer's, which linmeta leaves to vLLM (the Triton path has num_spec = 0)",
+        c.num_spec));
   if (!k.ssd_chunks && c.chunk_size != 0)
     fail(fmt::format("config.chunk_size = {} is a Mamba2 option; the {} builder has none",
                      c.chunk_size, kind_name(kind)));

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""What SGLang 0.5.23's own linear-attention metadata path costs per step, on CPU tensors,
-and linmeta.sglang's replacement on the same steps in the same run (issue 42). Run with the
+"""What SGLang 0.5.23's own linear-attention metadata path costs per step, on CPU or CUDA
+tensors, and linmeta.sglang's replacement on the same steps in the same run (issue 42). Run with the
 SGLang venv's python (scripts/sglang-env.sh) and linmeta importable (PYTHONPATH=<a build with
 -DLINMETA_BUILD_PYTHON=ON for that python>/python, as scripts/sglang-diff.sh makes):
 
     ../venv-sglang/bin/python bench/python/bench_sglang.py [--iters 30] [--backend mamba2 ...]
-        [--step decode ...] [--impl sglang --impl linmeta] [--json out.json]
+        [--step decode ...] [--impl sglang --impl linmeta] [--json out.json] [--device cuda]
 
 ``--impl``: ``sglang`` (SGLang's class), ``linmeta`` (linmeta.sglang's subclass, where linmeta
 serves the backend: Mamba2, GDN, KDA, Lightning; on CPU tensors its builder is the host target, the finish jobs
@@ -37,6 +37,17 @@ Then one more call runs under a counting mode (untimed) that reports, per step:
   ``.to(device)`` is a device tensor again. Host -> device copies are not counted.
   ``syncs`` is the sum; the parts are in ``--json``.
 
+``--device cuda`` (or ``LINMETA_SGLANG_DEVICE=cuda``): the batch's device fields, the pool and
+the graph buffers are CUDA tensors, as in SGLang's server (sglang_world.py; linmeta's builder
+is then the cuda target). Each timed call starts with the GPU idle (``torch.cuda.synchronize()``
+before it, outside the timing), so a sync costs its round trip, not a wait behind a forward.
+Two more figures per row: ``done_us``, the call plus ``torch.cuda.synchronize()`` (until the
+metadata is on the device), and ``cuda_syncs``, the synchronizing CUDA operations torch itself
+reports in one more call under ``torch.cuda.set_sync_debug_mode("warn")`` (every ``.item()``,
+``nonzero``, ``.cpu()`` / ``.tolist()`` of a device tensor, and every blocking host -> device
+copy of pageable memory, which the modelled ``syncs`` do not count; a wait inside a native
+extension that bypasses torch's CUDA calls is not seen).
+
 Steps (tests/sglang/sglang_steps.py layout; request rows and mamba slots at random, fixed
 seed):
 
@@ -62,9 +73,16 @@ import random
 import statistics
 import sys
 import time
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "..", "tests", "sglang")))
+# --device must be known before sglang_world is imported (it hides the GPU for cpu).
+for _i, _a in enumerate(sys.argv):
+    if _a == "--device" and _i + 1 < len(sys.argv):
+        os.environ["LINMETA_SGLANG_DEVICE"] = sys.argv[_i + 1]
+    elif _a.startswith("--device="):
+        os.environ["LINMETA_SGLANG_DEVICE"] = _a.split("=", 1)[1]
 
 import sglang_world as sw  # noqa: E402  (first: environment and stand-ins)
 import sglang_cases  # noqa: E402
@@ -204,7 +222,20 @@ def count(world, step, fb):
     return counter.ops, counter.parts
 
 
-def timed(fn, iters: int, warmup: int):
+def cuda_syncs(world, step, fb) -> int:
+    """The synchronizing CUDA operations torch reports in one call (module docstring)."""
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            sglang_cases.run_entry(step, world, fb)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchronizing CUDA operation" in str(w.message) for w in caught)
+
+
+def timed(fn, iters: int, warmup: int, before=None):
     for _ in range(warmup):
         fn()
     empty = []
@@ -214,6 +245,8 @@ def timed(fn, iters: int, warmup: int):
         empty.append(t1 - t0)
     samples = []
     for _ in range(iters):
+        if before is not None:
+            before()
         t0 = time.perf_counter_ns()
         fn()
         samples.append(time.perf_counter_ns() - t0)
@@ -246,12 +279,20 @@ def bench_one(backend: str, name: str, iters: int, warmup: int, impl: str = "sgl
             world.backend.init_cuda_graph_state(256, 256)
         step = make_step(backend, name, chunk, 256)
         fb = sglang_cases.forward_batch(step, world)
-        us = timed(lambda: sglang_cases.run_entry(step, world, fb), iters, warmup)
+        call = lambda: sglang_cases.run_entry(step, world, fb)  # noqa: E731
+        cuda = {}
+        if sw.DEVICE == "cuda":
+            sync = torch.cuda.synchronize
+            us = timed(call, iters, warmup, before=sync)
+            cuda["done_us"] = timed(lambda: (call(), sync()), iters, 0, before=sync)
+            cuda["cuda_syncs"] = cuda_syncs(world, step, fb)
+        else:
+            us = timed(call, iters, warmup)
         ops, parts = count(world, step, fb)
     finally:
         world.close()
     return {"backend": backend, "step": name, "impl": impl, "us": us, "ops": ops,
-            "syncs": sum(parts.values()), "sync_parts": parts}
+            "syncs": sum(parts.values()), "sync_parts": parts, **cuda}
 
 
 def main(argv=None) -> int:
@@ -262,6 +303,8 @@ def main(argv=None) -> int:
     ap.add_argument("--step", action="append", choices=STEPS)
     ap.add_argument("--impl", action="append", choices=("sglang", "linmeta"))
     ap.add_argument("--json")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default=sw.DEVICE,
+                    help="where the batch's device tensors live (default: cpu)")
     args = ap.parse_args(argv)
     rows = []
     served = linmeta_classes()
@@ -278,12 +321,17 @@ def main(argv=None) -> int:
                 if impl == "linmeta" and "sglang" in ours and r["us"] > 0:
                     r["x"] = ours["sglang"]["us"] / r["us"]
                     ratio = f"  {r['x']:8.1f}x"
+                extra = (f"  done {r['done_us']:10.1f} us  {r['cuda_syncs']:5} cuda syncs"
+                         if "done_us" in r else "")
                 print(f"{backend:10} {name:9} {impl:7} {r['us']:10.1f} us  {r['ops']:6} ops  "
-                      f"{r['syncs']:5} syncs{ratio} {r['sync_parts']}", flush=True)
+                      f"{r['syncs']:5} syncs{ratio} {r['sync_parts']}{extra}", flush=True)
     meta = {"sglang": sw.SGLANG_VERSION, "torch": torch.__version__,
             "machine": platform.processor() or platform.machine(),
             "date": time.strftime("%Y-%m-%d", time.gmtime()), "iters": args.iters,
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "device": sw.DEVICE,
+            "python": platform.python_version()}
+    if sw.DEVICE == "cuda":
+        meta["gpu"] = torch.cuda.get_device_name()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""vLLM 0.34's own Mamba-family metadata builders against linmeta's host target and against
-linmeta.vllm's drop-in classes, on the same steps, in one run (docs/bench.md, "vLLM's
-builders"; docs/vllm.md, "Costs"): ratios, not absolutes.
+"""vLLM 0.34's own Mamba-family metadata builders and Inkling's short-conv builder against
+linmeta's host target and against linmeta.vllm's drop-in classes, on the same steps, in one run
+(docs/bench.md, "vLLM's builders"; docs/vllm.md, "Costs"): ratios, not absolutes.
 
 1. runs ``linmeta-bench --target host`` on the workloads, with ``--json`` (linmeta's host time
    per build, median) and ``--steps`` (each workload's step as a case-file line);
 2. builds every Mamba-family step of that file with vLLM's builder on CPU tensors, as vLLM
    0.34's model runner calls it (``build(0, common_attn_metadata, **kwargs)``; Mamba2,
    ShortConv and PLE ShortConv get ``num_accepted_tokens`` / ``num_decode_draft_tokens_cpu``,
-   Mamba1, linear attention and Bailing nothing), and times each call alone: median of at least ``--reps`` calls and
-   ``--min-time`` seconds after ``--warmup`` calls;
+   Mamba1, linear attention, Bailing and Inkling nothing), and times each call alone: median of at least ``--reps`` calls and
+   ``--min-time`` seconds after ``--warmup`` calls. Inkling's build launches a Triton kernel
+   (``sconv_seq_metadata``), which runs here in Triton's CPU interpreter (``TRITON_INTERPRET=1``,
+   set before vLLM is imported): its vLLM column is the interpreter's time, marked ``interp``,
+   not what the kernel launch costs on a GPU;
 3. prints vLLM's median, linmeta's and vLLM / linmeta, with the target of the prefill-heavy
    step (>= 100x), and vLLM / (linmeta's plan + pack phases): the host work the cuda target
    has too (there the element work, the host target's 'enq', is a kernel launch instead).
@@ -59,6 +62,8 @@ WORKLOADS = [
     "ple_short_conv/prefill4096/B8/none/G1/nograph",
     "bailing_linear/decode/B256/none/G1/fullgraph",
     "bailing_linear/prefill4096/B8/none/G1/nograph",
+    "inkling/decode/B256/none/G1/fullgraph",
+    "inkling/prefill4096/B8/none/G1/nograph",
     # linmeta-bench's same-run references of the Mamba family (GDN headline family, same rows).
     "gdn/spec-k3/B256/align/G4/fullgraph",
     "gdn/spec-k3/B8/align/G4/fullgraph",
@@ -92,7 +97,10 @@ ADAPTER_CLASSES = {
     "linear": "LinearAttentionMetadataBuilder",
     "ple_short_conv": "PleShortConvAttentionMetadataBuilder",
     "bailing_linear": "BailingLinearAttentionMetadataBuilder",
+    "inkling": "InklingSconvMetadataBuilder",
 }
+# vLLM's builders whose build runs a Triton kernel (interpreted on CPU: not comparable).
+INTERPRETED = ("inkling",)
 
 
 def vllm_builders():
@@ -100,6 +108,7 @@ def vllm_builders():
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # Inkling's sconv_seq_metadata kernel
     import vllm
     from vllm.v1.attention.backends.linear_attn import (BailingLinearAttentionMetadataBuilder,
                                                         LinearAttentionMetadataBuilder)
@@ -107,6 +116,7 @@ def vllm_builders():
     from vllm.v1.attention.backends.mamba2_attn import Mamba2AttentionMetadataBuilder
     from vllm.v1.attention.backends.short_conv_attn import (PleShortConvAttentionMetadataBuilder,
                                                             ShortConvAttentionMetadataBuilder)
+    from vllm.models.inkling.nvidia.sconv_swa_attn import InklingSconvMetadataBuilder
 
     if vllm.__version__ != "0.34.0":
         sys.exit(f"bench_vllm_builders: needs vllm 0.34.0, found {vllm.__version__}")
@@ -117,6 +127,7 @@ def vllm_builders():
         "linear": LinearAttentionMetadataBuilder,
         "ple_short_conv": PleShortConvAttentionMetadataBuilder,
         "bailing_linear": BailingLinearAttentionMetadataBuilder,
+        "inkling": InklingSconvMetadataBuilder,
     }
 
 
@@ -126,7 +137,7 @@ def make_builder(cls, builder: str, config: dict, num_tokens: int = 8192):
     import torch
     from vllm.config import (CacheConfig, CompilationConfig, CUDAGraphMode, SchedulerConfig,
                              SpeculativeConfig, VllmConfig)
-    from vllm.v1.kv_cache_interface import MambaSpec
+    from vllm.v1.kv_cache_interface import MambaSpec, SlidingWindowSpec
 
     k, block = int(config["num_spec"]), int(config["block_size"])
     mode = CUDAGraphMode.FULL_AND_PIECEWISE if config["full_cuda_graph"] else CUDAGraphMode.PIECEWISE
@@ -151,6 +162,10 @@ def make_builder(cls, builder: str, config: dict, num_tokens: int = 8192):
     vc.model_config = types.SimpleNamespace(get_mamba_chunk_size=lambda: chunk)
     checkpoints = int(config.get("num_prefill_checkpoint_blocks", 0))
     alignment = config.get("prefill_checkpoint_alignment") or (1 if checkpoints else None)
+    if builder == "inkling":  # its conv cache: a sliding-window KV cache of kernel-size blocks
+        spec = SlidingWindowSpec(block_size=block, num_kv_heads=1, head_size=64,
+                                 dtype=torch.bfloat16, sliding_window=block)
+        return cls(spec, ["model.layers.0.sconv"], vc, torch.device("cpu"))
     spec = MambaSpec(block_size=block, shapes=((1,),), dtypes=(torch.float32,),
                      mamba_cache_mode=config["mamba_cache_mode"],
                      num_speculative_blocks=int(config["num_speculative_blocks"]),
@@ -183,6 +198,7 @@ def standin_objects(config: dict, num_tokens: int):
         model_config=ns(get_mamba_chunk_size=lambda: None if chunk is None else int(chunk)),
         parallel_config=ns(decode_context_parallel_size=1), additional_config={})
     spec = ns(block_size=int(config["block_size"]), mamba_cache_mode=config["mamba_cache_mode"],
+              shapes=((1,),),
               num_speculative_blocks=int(config["num_speculative_blocks"]),
               num_prefill_checkpoint_blocks=int(config.get("num_prefill_checkpoint_blocks", 0)),
               prefill_checkpoint_alignment=config.get("prefill_checkpoint_alignment"))
@@ -202,15 +218,16 @@ def common_metadata(step: dict, device, with_vllm: bool):
         num_reqs=len(seq), num_actual_tokens=int(step["num_actual_tokens"]),
         block_table_tensor=i32(step["block_table"]),
         is_prefilling=torch.tensor(step["is_prefilling"], dtype=torch.bool),
-        seq_lens_cpu_upper_bound=i32(upper, "cpu"))
+        seq_lens_cpu_upper_bound=i32(upper, "cpu"),
+        slot_mapping=torch.zeros(int(step["num_actual_tokens"]), dtype=torch.int64,
+                                 device=device))
     if not with_vllm:
         return types.SimpleNamespace(**fields)
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     return CommonAttentionMetadata(
         **fields, max_query_len=max(b - a for a, b in zip(qsl, qsl[1:])), max_seq_len=max(upper),
-        slot_mapping=torch.zeros(int(step["num_actual_tokens"]), dtype=torch.int64,
-                                 device=device), causal=True)
+        causal=True)
 
 
 def call_for(builder: str, b, step: dict, device="cpu", with_vllm=True, read=None):
@@ -339,20 +356,28 @@ def main() -> None:
             b = make_builder(classes[builder], builder, case["config"], tokens)
             build = call_for(builder, b, case["step"])
             md = build()
-            got = {c: int(getattr(md, c)) for c in COUNTS}
-            want = {c: ours["metadata"][c] for c in COUNTS}
+            if builder == "inkling":  # per-token fields over the padded tokens, no counts
+                got = {"tokens": int(md.seq_idx.shape[0])}
+                want = {"tokens": tokens}
+            else:
+                got = {c: int(getattr(md, c)) for c in COUNTS}
+                want = {c: ours["metadata"][c] for c in COUNTS}
             if got != want:
                 sys.exit(f"bench_vllm_builders: {name}: vLLM's counts {got} differ from "
                          f"linmeta's {want}")
-            t = timed(build, args.vllm_reps, args.min_time, args.warmup)
-            row.update(vllm_us=t, ratio=t["median"] / lin, ratio_plan_pack=t["median"] / phases)
+            interp = builder in INTERPRETED
+            t = timed(build, args.vllm_reps // 10 if interp else args.vllm_reps,
+                      args.min_time, 2 if interp else args.warmup)
+            row.update(vllm_us=t, ratio=t["median"] / lin, ratio_plan_pack=t["median"] / phases,
+                       vllm_triton_interpreted=interp)
 
             def make(cls, builder=builder, config=case["config"], tokens=tokens):
                 return make_builder(cls, builder, config, tokens)
         a = adapter_figures(builder, case, args, version is not None, make)
         row["adapter_us"] = a
         rows.append(row)
-        vllm_cols = (f"{t['median']:9.1f} {lin:8.2f} {t['median'] / lin:11.1f}x "
+        mark = "x interp" if t and row.get("vllm_triton_interpreted") else "x"
+        vllm_cols = (f"{t['median']:9.1f} {lin:8.2f} {t['median'] / lin:11.1f}{mark} "
                      f"{t['median'] / phases:15.1f}x" if t else
                      f"{'-':>9} {lin:8.2f} {'-':>12} {'-':>16}")
         print(f"{name:<42} {vllm_cols} {a['median']:8.2f} {a['native']:7.2f} {a['over']:14.2f}")

@@ -161,6 +161,9 @@ struct Config {
   bool chunk_metadata = true;
   /// KDA only: RecoverSSM speculative decoding.
   bool use_recoverssm = false;
+  /// The Mamba base builders only (vllm-0.34, num_spec = 0): vLLM's cache_config.use_replayssm
+  /// on its Triton path (docs/semantics.md M6).
+  bool use_replayssm = false;
   /// Prefill checkpoints (align mode) when > 0: KDA in both profiles, GDN and Mamba2 in
   /// vllm-0.34.
   int32_t num_prefill_checkpoint_blocks = 0;
@@ -229,6 +232,7 @@ void for_each_config_field(C& c, F&& f) {
   f("num_speculative_blocks", c.num_speculative_blocks);
   f("chunk_metadata", c.chunk_metadata);
   f("use_recoverssm", c.use_recoverssm);
+  f("use_replayssm", c.use_replayssm);
   f("num_prefill_checkpoint_blocks", c.num_prefill_checkpoint_blocks);
   f("prefill_checkpoint_alignment", U{c.prefill_checkpoint_alignment});
   f("chunk_size", c.chunk_size);

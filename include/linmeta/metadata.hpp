@@ -149,6 +149,13 @@ struct Metadata : StepCounts {
   int32_t spec_query_len = 0;         ///< num_spec + 1
   int32_t max_prefill_query_len = 0;  ///< the longest prefill query; 0 without prefills
   Array has_initial_states_d;         ///< bool [decodes]
+
+  // ReplaySSM's Triton path (config.use_replayssm; docs/semantics.md M6), the Mamba base builders.
+  /// Rows of vLLM's write_pos_d / is_flush_d / bc_pre_scratch, views of persistent scratch the
+  /// caller owns (the vLLM adapter: its buffers' first rows); None where vLLM's are None.
+  std::optional<int32_t> replayssm_rows;
+  Array replayssm_seq_lens_d;              ///< align mode: seq_lens[:num_reqs] (caller memory)
+  int32_t replayssm_align_block_size = 0;  ///< align mode: block_size; else 0
   /// The step's own host num_decode_draft_tokens (caller memory; a capture build's:
   /// query lengths - 1, host memory of the plan).
   Array num_decode_draft_tokens_cpu;
@@ -166,6 +173,9 @@ struct Metadata : StepCounts {
   /// into its own int32 buffers then: its num_accepted_tokens is int32 whatever the caller's
   /// counts were).
   bool spec_rows_staged = false;
+  /// The decode rows' arrays are the persistent FULL-graph buffers (the Mamba family's M3):
+  /// vLLM's update_block_table then re-points its ReplaySSM scratch views at its own builder's.
+  bool decode_rows_staged = false;
 
   /// Memory the array views point to.
   Target target = Target::Host;

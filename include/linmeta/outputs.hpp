@@ -323,6 +323,11 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
     &m.has_initial_states_d)                                                                       \
   X(NumDecodeDraftTokensCpu, "num_decode_draft_tokens_cpu", PSC, Int32, Vec, Batch, Host, None,    \
     &m.num_decode_draft_tokens_cpu)                                                                \
+  X(ReplaySsmRows, "replayssm_rows", MB, Int32, Vec, Batch, None, None, &m.replayssm_rows)         \
+  X(ReplaySsmSeqLensD, "replayssm_seq_lens_d", MB, Int32, Vec, Batch, Input, None,                 \
+    &m.replayssm_seq_lens_d)                                                                       \
+  X(ReplaySsmAlignBlockSize, "replayssm_align_block_size", MB, Int32, Vec, Batch, None, None,      \
+    &m.replayssm_align_block_size)                                                                 \
   X(BlockTable, "block_table", INK, Int32, Vec, Group, Input, None, &m.block_table)                \
   X(SeqIdx, "seq_idx", INK, Int32, Vec, Batch, Tokens, None, &m.seq_idx)                           \
   X(QueryStart, "query_start", INK, Int32, Vec, Batch, Tokens, None, &m.query_start)               \

@@ -28,6 +28,8 @@ struct KindRules {
   bool seed_profile = false;
   /// Takes config.use_recoverssm (KDA): a spec row then gathers one state slot.
   bool recoverssm = false;
+  /// Takes config.use_replayssm (the Mamba base builders' ReplaySSM fields, M6).
+  bool replayssm = false;
   /// Takes config.chunk_size (Mamba2's SSD chunks): positive, else it must be 0.
   bool ssd_chunks = false;
   /// Has prefill checkpoints (config.num_prefill_checkpoint_blocks > 0).

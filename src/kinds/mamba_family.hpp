@@ -28,6 +28,7 @@ void check_mamba_capture(const Config& c, BuilderKind kind, const Step& s);
 /// metadata); a kind's row sets what differs.
 constexpr KindRules mamba_family_row(BuilderKind kind) {
   KindRules r{.kind = kind,
+              .replayssm = true,
               .check_capture = check_mamba_capture,
               .plan = plan_mamba,
               .pack_gathers = pack_mamba_gathers,

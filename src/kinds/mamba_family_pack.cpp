@@ -54,6 +54,14 @@ void pack_mamba_fields(Packer& k) {
     k.emit(Out::QueryStartLocP, false, np + 1,
            CopyValues{.src = k.qsl_at + nd, .n_real = np + 1, .add = -k.p.num_decode_tokens});
   }
+  // M6: ReplaySSM's Triton path, over the decode rows (staged: the [:num_reqs] rows).
+  if (k.c.use_replayssm && nd > 0) {
+    k.set(Out::ReplaySsmRows, k.p.stage_decode ? n : nd);
+    if (k.c.mamba_cache_mode == CacheMode::Align) {
+      k.input(Out::ReplaySsmSeqLensD, StepInput::SeqLens, n);
+      k.set(Out::ReplaySsmAlignBlockSize, k.c.block_size);
+    }
+  }
   const KindRules& rules = kind_rules(k.kind);
   if (rules.pack_extra != nullptr) rules.pack_extra(k);
 }

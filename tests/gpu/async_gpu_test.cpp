@@ -71,15 +71,6 @@ std::vector<RandomStep> random_steps(BuilderKind kind, const Config& cfg, int32_
   return out;
 }
 
-/// Sets the flag a spin kernel waits on when it goes out of scope (early exits too).
-struct Release {
-  volatile int* flag;
-  ~Release() {
-    *flag = 1;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
-};
-
 // ---- (a) ring safety ---------------------------------------------------------------
 
 using RingParam =

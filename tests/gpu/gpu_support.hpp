@@ -69,6 +69,17 @@ inline std::string kind_param_name(const ::testing::TestParamInfo<BuilderKind>& 
   return kind_name(i.param);
 }
 
+/// The message of the linmeta::Error `fn()` throws; empty when it returns.
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
 /// Whether the last build's arena was copied before the launch (too large for the kernel
 /// parameters): an inline launch carries at least the arena's bytes.
 inline bool arena_was_copied(const MetadataBuilder& b) {
@@ -326,6 +337,25 @@ class Graph {
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
 };
+
+/// Calls run(i) for i < warmup (lazy module loading and the like), synchronises `stream`,
+/// then calls run(i) for i < builds: device memory and the builder's pinned and buffer
+/// bytes must not change over the second loop.
+template <class Run>
+void expect_no_allocation(const MetadataBuilder& b, const StreamHandle& stream, int warmup,
+                          int builds, Run&& run) {
+  for (int i = 0; i < warmup; ++i) run(i);
+  stream.sync();
+  const int64_t pinned = b.pinned_bytes(), buffers = b.buffer_bytes();
+  size_t free0 = 0, free1 = 0, total = 0;
+  check(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
+  for (int i = 0; i < builds; ++i) run(i);
+  stream.sync();
+  check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo");
+  EXPECT_EQ(free1, free0) << "device memory changed over " << builds << " builds";
+  EXPECT_EQ(b.pinned_bytes(), pinned);
+  EXPECT_EQ(b.buffer_bytes(), buffers);
+}
 
 // ---- metadata arrays ----------------------------------------------------------------
 

@@ -61,17 +61,7 @@ TEST_P(DeviceMemoryGpu, ThousandBuildsAllocateNothing) {
     const auto ms = build_step(cuda, steps[u], dev[u].step, dev[u].tables, false, stream.get());
     if (i % 7 == 0) cuda.update_block_table(ms[1], other[u].tables[1], 1, stream.get());
   };
-  for (int i = 0; i < 2 * kDistinct; ++i) run(i);  // warm-up (lazy module loading and the like)
-  stream.sync();
-  const int64_t pinned = cuda.pinned_bytes(), buffers = cuda.buffer_bytes();
-  size_t free0 = 0, free1 = 0, total = 0;
-  check(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
-  for (int i = 0; i < kBuilds; ++i) run(i);
-  stream.sync();
-  check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo");
-  EXPECT_EQ(free1, free0) << "device memory changed over " << kBuilds << " builds";
-  EXPECT_EQ(cuda.pinned_bytes(), pinned);
-  EXPECT_EQ(cuda.buffer_bytes(), buffers);
+  expect_no_allocation(cuda, stream, 2 * kDistinct, kBuilds, run);
 }
 
 INSTANTIATE_TEST_SUITE_P(Persistent, DeviceMemoryGpu,

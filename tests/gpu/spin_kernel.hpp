@@ -4,12 +4,23 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+
 namespace linmeta::gputest {
 
 /// state[0] becomes 1 once the kernel runs; state[1] becomes 1 when it ended on
 /// the release flag, 2 when it timed out. `release` and `state` are device
 /// addresses of mapped host memory (state: 2 ints). Throws on a launch error.
 void launch_spin(cudaStream_t stream, const int* release, int* state, long long max_ns);
+
+/// Sets the flag a spin kernel waits on when it goes out of scope (early exits too).
+struct Release {
+  volatile int* flag;
+  ~Release() {
+    *flag = 1;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+};
 
 }  // namespace linmeta::gputest
 

@@ -45,6 +45,7 @@ Config limit_config(std::mt19937& rng, const KindProfile& p) {
   if (coin(rng, 0.8)) c.num_spec = kMaxNumSpec;
   c.use_recoverssm = p.kind == BuilderKind::Kda && c.num_spec > 0 && coin(rng);
   c.num_speculative_blocks = c.use_recoverssm ? 0 : c.num_spec;
+  c.use_replayssm = c.use_replayssm && c.num_spec == 0;  // the Triton path has no spec decoding
   // Room for every row at num_spec + 1 tokens (random_step then keeps the configuration),
   // and for long prefills on top.
   c.max_num_batched_tokens =

@@ -179,5 +179,63 @@ TEST(ConfigValidation, MetadataSaysWhetherItsSpecRowsWereStaged) {
   EXPECT_FALSE(eager.build(s.step()).spec_rows_staged);
 }
 
+/// A Mamba1 builder with ReplaySSM's Triton path (docs/semantics.md M6).
+Config replayssm_config(CacheMode mode, bool full_graph) {
+  Config c = gdn_config(0, mode, full_graph);
+  c.chunk_metadata = false;
+  c.profile = Profile::Vllm034;
+  c.use_replayssm = true;
+  return c;
+}
+
+TEST(ConfigValidation, ReplaySsmIsTheMambaBaseBuildersOptionWithoutSpec) {
+  const Config good = replayssm_config(CacheMode::None, false);
+  EXPECT_NO_THROW(validate_config(good, BuilderKind::Mamba1));
+  EXPECT_NO_THROW(validate_config(good, BuilderKind::PleShortConv));
+  for (const BuilderKind kind :
+       {BuilderKind::Linear, BuilderKind::BailingLinear, BuilderKind::Inkling, BuilderKind::Gdn})
+    expect_bad_config(good, kind, {"config.use_replayssm is an option of vLLM's Mamba base"});
+  expect_bad_config(with(good,
+                         [](Config& c) {
+                           c.num_spec = 1;
+                           c.num_speculative_blocks = 1;
+                         }),
+                    BuilderKind::ShortConv, {"config.use_replayssm with num_spec = 1"});
+}
+
+TEST(ConfigValidation, ReplaySsmRowsAreTheDecodeRows) {
+  HostStep s;
+  s.lens({1, 1, 5}).seq({10, 40, 5}).prefilling({0, 0, 1}).iota_table(3);
+  // Eager (a prefill row): the two decode rows; none mode has no seq_lens view.
+  Mamba1MetadataBuilder eager(replayssm_config(CacheMode::None, true), testing::host_options());
+  const Metadata m = eager.build(s.step());
+  EXPECT_EQ(m.replayssm_rows, 2);
+  EXPECT_FALSE(m.decode_rows_staged);
+  EXPECT_FALSE(m.replayssm_seq_lens_d.present);
+  EXPECT_EQ(m.replayssm_align_block_size, 0);
+  // A FULL-graph decode step in align mode: staged, seq_lens[:num_reqs], the block size.
+  HostStep d;
+  d.lens({1, 1}).seq({10, 40}).prefilling({0, 0}).iota_table(4);
+  Mamba1MetadataBuilder staged(replayssm_config(CacheMode::Align, true), testing::host_options());
+  const Metadata g = staged.build(d.step());
+  EXPECT_EQ(g.replayssm_rows, 2);
+  EXPECT_TRUE(g.decode_rows_staged);
+  EXPECT_EQ(g.replayssm_seq_lens_d.data, d.step().seq_lens);
+  EXPECT_EQ(g.replayssm_seq_lens_d.rows, 2);
+  EXPECT_EQ(g.replayssm_align_block_size, 16);
+  // No decode rows: None, as vLLM's views.
+  HostStep p;
+  p.lens({5}).seq({5}).prefilling({1}).iota_table(4);
+  EXPECT_FALSE(staged.build(p.step()).replayssm_rows.has_value());
+  // ReplaySSM off: none of its fields.
+  Mamba1MetadataBuilder off(
+      with(replayssm_config(CacheMode::Align, true), [](Config& c) { c.use_replayssm = false; }),
+      testing::host_options());
+  const Metadata o = off.build(d.step());
+  EXPECT_FALSE(o.replayssm_rows.has_value());
+  EXPECT_FALSE(o.replayssm_seq_lens_d.present);
+  EXPECT_EQ(o.replayssm_align_block_size, 0);
+}
+
 }  // namespace
 }  // namespace linmeta

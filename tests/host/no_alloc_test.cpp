@@ -16,6 +16,7 @@
 #include "host_step.hpp"
 #include "linmeta/names.hpp"
 #include "random_step.hpp"
+#include "sglang_random_step.hpp"
 #include "sglang_step.hpp"
 
 namespace {
@@ -361,6 +362,30 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
   EXPECT_EQ(CountAllocations::allocs(), 0);
   EXPECT_EQ(CountAllocations::frees(), 0);
   EXPECT_NE(checksum, -1);
+}
+
+/// Every kind of the Sglang family over random steps of every entry and mode
+/// (sglang_random_step.hpp).
+TEST(NoAlloc, SglangRandomStepsEveryKind) {
+  for (const BuilderKind kind : test::sglang_kinds()) {
+    const uint32_t seed = testing::test_seed(0x5a11u + static_cast<uint32_t>(kind));
+    SCOPED_TRACE(std::string(names::builder_kind_name(kind)) + ": " + testing::seed_note(seed));
+    std::mt19937 rng(seed);
+    const test::SglangRandomEngine e = test::for_kind(test::random_sglang_engine(rng), kind);
+    MetadataBuilder b(kind, e.config);
+    std::vector<std::unique_ptr<test::SglStep>> steps;
+    for (int i = 0; i < 80; ++i)
+      test::random_sglang_step(rng, e, *steps.emplace_back(new test::SglStep));
+    for (const auto& st : steps) b.build(st->step);
+    int64_t checksum = 0;
+    CountAllocations count;
+    for (int round = 0; round < 3; ++round)
+      for (const auto& st : steps) checksum += b.build(st->step).sglang->draft_token_num;
+    count.stop();
+    EXPECT_EQ(CountAllocations::allocs(), 0);
+    EXPECT_EQ(CountAllocations::frees(), 0);
+    EXPECT_NE(checksum, -1);
+  }
 }
 
 }  // namespace

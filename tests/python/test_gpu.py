@@ -45,6 +45,20 @@ def to_numpy(a):
     return t.cpu().numpy()
 
 
+def torch_kernels_run():
+    """Whether torch's own CUDA kernels run here. Under CUDA_FORCE_PTX_JIT=1 they do not (torch's
+    wheel carries no PTX the driver can JIT for them: "no kernel image is available"), while
+    linmeta's do; a test that needs torch kernels (graph capture) skips then, saying so."""
+    try:
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+        return True
+    except RuntimeError as e:  # torch.AcceleratorError is a RuntimeError
+        if "no kernel image" not in str(e):
+            raise
+        return False
+
+
 def sync_to_numpy(a):
     torch.cuda.synchronize()
     return to_numpy(a)
@@ -200,7 +214,8 @@ def test_cuda_array_interface_producer():
 
 
 def test_strided_block_table_cuda():
-    wide = torch.arange(4 * 10, dtype=torch.int32, device="cuda").reshape(4, 10) + 1000
+    # Built on the host and copied: no torch kernel runs (see torch_kernels_run).
+    wide = table([[1000 + 10 * r + c for c in range(10)] for r in range(4)])
     md = gdn().build(**e1(block_table=wide[:, :3]))
     torch.cuda.synchronize()
     assert to_numpy(md.non_spec_state_indices_tensor).tolist() == [1000, 1010, 1020, 1030]
@@ -221,6 +236,8 @@ def test_wrong_memory_is_rejected():
 
 def test_cuda_graph_capture_and_replay():
     """A capture build recorded into a torch CUDA graph replays its finish work."""
+    if not torch_kernels_run():
+        pytest.skip("torch's graph capture launches torch kernels, which cannot run here")
     b = gdn(num_spec=1, full_cuda_graph=True, array_type="torch")
     qsl = device([0, 2, 4])
     seq_lens = device([10, 20])

@@ -329,6 +329,18 @@ def test_engine_takes_only_a_metadata_builder():
         linmeta._linmeta.vllm.Engine(two, cls, {}, {})
 
 
+def test_engine_scratch_names_fields_of_the_metadata_class():
+    """The ReplaySSM scratch an engine hands out as views: only fields of its metadata class
+    (a misspelt name would add an attribute vLLM's dataclass does not have)."""
+    cls = LV.local.local_class("mamba1")
+    b = linmeta.MetadataBuilder("mamba1", profile="vllm-0.34", use_replayssm=True,
+                                array_type="torch")
+    scratch = torch.zeros(8, dtype=torch.int32)
+    for bad in ({"write_pos": scratch}, {1: scratch}):
+        with pytest.raises(linmeta.Error, match="names no field of the metadata class"):
+            linmeta._linmeta.vllm.Engine(b, cls, {}, {}, bad)
+
+
 def test_a_result_referring_to_its_builder_is_collected():
     """A result that refers back to its builder object (KDA's RecoverSSM binding does) makes
     a cycle through the native engine: the collector sees it and frees builder, engine and

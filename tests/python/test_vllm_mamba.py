@@ -1,7 +1,8 @@
 """linmeta.vllm's Mamba-family drop-ins (Mamba2, Mamba1, ShortConv and PLE, linear attention,
 Bailing) on CPU
 without vLLM, against the real vLLM 0.34 wheel's outputs recorded in tests/data
-(vllm034_mamba_public.jsonl, vllm034_mamba.jsonl and the error files: docs/case-format.md).
+(vllm034_mamba_public.jsonl, vllm034_mamba.jsonl, vllm034_replayssm.jsonl and the error files:
+docs/case-format.md).
 
 The builders are made from stand-in vllm_config / kv_cache_spec objects carrying what vLLM's
 builders (and linmeta.vllm's) read, and called as vLLM 0.34's model runner V2 calls them
@@ -17,9 +18,11 @@ This module does not load the seed oracle; it takes linmeta.vllm as imported whe
 runs, so it works alone and in one session with test_vllm_oracle.py.
 """
 
+import dataclasses
 import gc
 import importlib
 import types
+import typing
 import weakref
 
 import pytest
@@ -29,8 +32,8 @@ torch = pytest.importorskip("torch")
 import case_util as cu  # noqa: E402
 import linmeta  # noqa: E402
 
-FILES = ("vllm034_mamba_public", "vllm034_mamba")
-ERROR_FILES = ("vllm034_mamba_public_errors", "vllm034_mamba")
+FILES = ("vllm034_mamba_public", "vllm034_mamba", "vllm034_replayssm")
+ERROR_FILES = ("vllm034_mamba_public_errors", "vllm034_mamba", "vllm034_replayssm")
 MAMBA_KINDS = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear", "ple_short_conv")
 CASES = [c for c in cu.all_cases(FILES) if c["builder"] in MAMBA_KINDS]
 ERRORS = [c for c in cu.error_cases(ERROR_FILES) if c["builder"] in MAMBA_KINDS]
@@ -46,6 +49,14 @@ CLASS_NAMES = {
 # Builders whose build() vLLM's runner hands the spec-decode counts (wheel_mamba.py).
 GETS_SPEC_KWARGS = ("mamba2", "short_conv", "ple_short_conv")
 CPU = torch.device("cpu")
+# ReplaySSM's Triton path: the base-Mamba builders; linmeta's rows (the wheel harness records
+# none of them where ReplaySSM is off) and vLLM's scratch fields (the adapter's buffers).
+REPLAYSSM_KINDS = ("mamba2", "mamba1", "short_conv", "ple_short_conv")
+REPLAYSSM_ROWS = ("replayssm_rows", "replayssm_seq_lens_d", "replayssm_align_block_size")
+REPLAYSSM_SCRATCH = {"write_pos_d": "decode_write_pos_d", "is_flush_d": "decode_is_flush_d",
+                     "bc_pre_scratch": "decode_bc_pre_scratch"}
+# The case files' ReplaySSM page (tests/vllm/wheel_builders.py REPLAYSSM_SHAPE).
+REPLAYSSM_NGROUPS, REPLAYSSM_BUFFER_LEN = 2, 16
 
 
 @pytest.fixture
@@ -89,7 +100,10 @@ def vllm_config(case, **over):
                                                  parallel_drafting=False) if k else None,
         num_speculative_tokens=k,
         cache_config=types.SimpleNamespace(mamba_cache_mode=c["mamba_cache_mode"],
-                                           use_replayssm=False, use_kda_recoverssm=False),
+                                           use_replayssm=bool(c.get("use_replayssm")),
+                                           replayssm_buffer_len=REPLAYSSM_BUFFER_LEN,
+                                           use_kda_recoverssm=False),
+        use_flashinfer_replayssm=False,
         model_config=types.SimpleNamespace(
             get_mamba_chunk_size=lambda: None if chunk is None else int(chunk)),
         parallel_config=types.SimpleNamespace(decode_context_parallel_size=1),
@@ -114,6 +128,8 @@ def kv_cache_spec(case):
         num_speculative_blocks=int(c["num_speculative_blocks"]),
         num_prefill_checkpoint_blocks=int(c["num_prefill_checkpoint_blocks"]),
         prefill_checkpoint_alignment=c.get("prefill_checkpoint_alignment"),
+        # ReplaySSM's page: B_cache (ngroups, buffer, state) last (the builder reads ngroups).
+        shapes=((1,), (1,), (1,), (1,), (REPLAYSSM_NGROUPS, REPLAYSSM_BUFFER_LEN, 16)),
     )
 
 
@@ -189,6 +205,12 @@ def to_numpy(t):
     return t.numpy()
 
 
+def unrecorded(case):
+    """linmeta's ReplaySSM rows the wheel harness did not record for `case` (all where ReplaySSM
+    is off; replayssm_seq_lens_d where unset, which linmeta-replay checks is None)."""
+    return tuple(n for n in REPLAYSSM_ROWS if n not in case["expected"])
+
+
 # ------------------------------------------------------------------------- the case files
 
 
@@ -202,7 +224,7 @@ def test_case_files_loaded():
 @pytest.mark.parametrize("case", CASES, ids=cu.case_id)
 def test_case(lv, case):
     results, builders = run(lv, case)
-    cu.assert_vllm_matches(case, results, to_numpy)
+    cu.assert_vllm_matches(case, results, to_numpy, unrecorded(case))
     # Every builder object plans its own step: a build, or update_block_table of group 0's
     # metadata (a rebuild of that step with its own table).
     for g, b in enumerate(builders):
@@ -216,7 +238,7 @@ def test_multi_group_every_group_builds(lv, case):
     """Every group building (no update_block_table) gives the same metadata, each builder
     object planning its own step from its own slices of is_prefilling and the counts."""
     results, builders = run(lv, case, every_group_builds=True)
-    cu.assert_vllm_matches(case, results, to_numpy)
+    cu.assert_vllm_matches(case, results, to_numpy, unrecorded(case))
     assert [b._engine.stats["plans"] for b in builders] == [1] * len(builders)
 
 
@@ -311,7 +333,8 @@ def test_builder_attributes_are_vllms(lv, kind, spec):
 
 UNSUPPORTED = [
     pytest.param(None, {}, "linmeta has vLLM 0.34's", id="seed-profile"),
-    pytest.param("vllm-0.34", {"cache_config.use_replayssm": True}, "ReplaySSM", id="replayssm"),
+    pytest.param("vllm-0.34", {"cache_config.use_replayssm": True, "use_flashinfer_replayssm": True},
+                 "FlashInfer ReplaySSM", id="flashinfer-replayssm"),
     pytest.param("vllm-0.34", {"speculative_config": types.SimpleNamespace(
         num_speculative_tokens=2, parallel_drafting=True)}, "parallel drafting",
         id="parallel-drafting"),
@@ -334,11 +357,80 @@ def test_unsupported_configurations_are_refused_without_vllm(lv, monkeypatch, ki
     monkeypatch.setattr(lv._common, "_profile", profile)
     # Linear attention reads none of these; Bailing reads the spec-decode threshold only.
     if profile is not None and (kind == "linear" or (kind == "bailing_linear"
-                                                     and reason == "ReplaySSM")):
+                                                     and "ReplaySSM" in reason)):
         builders_of(lv, case, 1, **over)
         return
     with pytest.raises(NotImplementedError, match=f"{CLASS_NAMES[kind]}: {reason}"):
         builders_of(lv, case, 1, **over)
+
+
+def _with_scratch_fields(kind):
+    """linmeta's dataclass of `kind` plus vLLM's three ReplaySSM scratch fields (the engine
+    hands out only the fields the metadata class has)."""
+    from linmeta.vllm.local import local_class
+
+    fields = [(n, typing.Any, dataclasses.field(default=None)) for n in REPLAYSSM_SCRATCH]
+    return dataclasses.make_dataclass(f"{kind}_with_scratch", fields, bases=(local_class(kind),))
+
+
+@pytest.mark.parametrize("kind", REPLAYSSM_KINDS)
+def test_replayssm_scratch_views(lv, monkeypatch, kind):
+    """ReplaySSM's Triton path (docs/semantics.md M6): write_pos_d, is_flush_d and
+    bc_pre_scratch are new views of the first replayssm_rows rows of the builder object's own
+    persistent scratch (vLLM's sizes and dtypes), None where replayssm_rows is; on
+    update_block_table another builder's metadata keeps its views unless the step is a
+    FULL-graph decode step, which takes the updating builder's (vLLM's
+    _update_metadata_for_cudagraph_capture)."""
+    cases = [c for c in CASES if c["builder"] == kind and c["config"].get("use_replayssm")]
+    assert cases, f"no ReplaySSM case of {kind}"
+    cls = _with_scratch_fields(kind)
+    monkeypatch.setattr(getattr(lv, CLASS_NAMES[kind]), "metadata_class", lambda self: cls)
+    seen = 0
+    for case in cases:
+        c = case["config"]
+        results, builders = run(lv, case)
+        rows_of = max(c["max_num_seqs"], builders[0].decode_cudagraph_max_bs)
+        for g, (md, b) in enumerate(zip(results, builders)):
+            rows = md.replayssm_rows
+            staged = (c["full_cuda_graph"] and md.num_prefills == 0
+                      and md.num_decodes <= b.decode_cudagraph_max_bs)
+            owner = b if g == 0 or staged or not b.supports_update_block_table else builders[0]
+            assert rows == (md.num_decodes or None)
+            for name, buffer in REPLAYSSM_SCRATCH.items():
+                v, buf = getattr(md, name), getattr(owner, buffer)
+                assert buf.shape[0] == rows_of
+                if rows is None:
+                    assert v is None
+                    continue
+                seen += 1
+                assert v.data_ptr() == buf.data_ptr() and v.shape == (rows, *buf.shape[1:])
+        b = builders[0]
+        ms, accepted, drafts = common_metadata(case)
+        again = call(b, case, ms[0], accepted, drafts)
+        for name in REPLAYSSM_SCRATCH:  # a new view object per result, over the same memory
+            v, w = getattr(results[0], name), getattr(again, name)
+            assert (v is None) == (w is None) and (v is None or (
+                v is not w and v.data_ptr() == w.data_ptr() and v.shape == w.shape))
+        assert b.decode_write_pos_d.dtype == torch.int32 and not b.decode_write_pos_d.any()
+        assert b.decode_is_flush_d.dtype == torch.int8 and not b.decode_is_flush_d.any()
+        assert b.decode_bc_pre_scratch.dtype == torch.float32
+        assert b.decode_bc_pre_scratch.shape[1:] == (REPLAYSSM_NGROUPS, REPLAYSSM_BUFFER_LEN)
+    assert seen
+
+
+def test_replayssm_is_the_mamba_base_builders_option_with_k0():
+    """The core's config.use_replayssm: the Mamba base builders only, k = 0 (vLLM 0.34's Triton
+    ReplaySSM; its speculative decoding is FlashInfer's, left to vLLM)."""
+    base = dict(profile="vllm-0.34", max_num_seqs=8, max_num_batched_tokens=64)
+    for kind in REPLAYSSM_KINDS:
+        assert linmeta.MetadataBuilder(kind, use_replayssm=True, **base,
+                                       **({"chunk_size": 64} if kind == "mamba2" else {}))
+        with pytest.raises(linmeta.Error, match="use_replayssm with num_spec = 2"):
+            linmeta.MetadataBuilder(kind, use_replayssm=True, num_spec=2, num_speculative_blocks=2,
+                                    **base, **({"chunk_size": 64} if kind == "mamba2" else {}))
+    for kind in ("linear", "bailing_linear", "inkling", "gdn", "kda"):
+        with pytest.raises(linmeta.Error, match="use_replayssm is an option"):
+            linmeta.MetadataBuilder(kind, use_replayssm=True, **base)
 
 
 def test_mamba2_needs_the_chunk_size(lv):

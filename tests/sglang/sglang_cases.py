@@ -84,13 +84,15 @@ def _i64(values):
 
 
 def forward_batch(step: dict, world: sw.World) -> ForwardBatch:
-    """The step's ForwardBatch, built by hand as ForwardBatch.init_new would fill it, and
-    its rows' mamba slots written into the pool's request -> slot map."""
+    """The step's ForwardBatch, built by hand as ForwardBatch.init_new would fill it (its
+    device fields on the harness's device), and its rows' mamba slots written into the
+    pool's request -> slot map."""
     pool = world.pool
-    pool.req_index_to_mamba_index_mapping.zero_()
+    mapping = pool.req_index_to_mamba_index_mapping
+    mapping.zero_()
     reqs = step["req_pool_indices"]
     slots = step["mamba_slots"]
-    pool.req_index_to_mamba_index_mapping[_i64(reqs[: len(slots)])] = _i32(slots)
+    mapping[_i64(reqs[: len(slots)])] = _i32(slots).to(mapping.device)
     seq_lens = step["seq_lens"]
     bs = len(reqs)
     mode = ForwardMode[step["forward_mode"]]
@@ -156,7 +158,7 @@ def forward_batch(step: dict, world: sw.World) -> ForwardBatch:
         )
     if "num_padding" in step and step["num_padding"] is not None:
         fb.num_padding = step["num_padding"]
-    return fb
+    return world.device_batch(fb)
 
 
 def run_entry(step: dict, world: sw.World, fb: ForwardBatch):

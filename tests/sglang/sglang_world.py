@@ -17,6 +17,13 @@ Everything that runs per step is SGLang's code; the stand-ins are outside the ba
 
 Import this module first: it sets ``CUDA_VISIBLE_DEVICES=""`` and the parallel override
 before any SGLang module is imported.
+
+``LINMETA_SGLANG_DEVICE=cuda`` (set before the import): the GPU stays visible, the pool and
+the runner are on ``cuda`` and ``device_batch`` moves a batch's device fields there, as
+SGLang's server has them; none of the CPU predicates above is replaced (``is_cuda()`` is
+SGLang's own answer, pinned memory is real). SGLang's CUDA-only imports then need
+``sgl_kernel``: where it is not installed, put ``tests/sglang/stubs`` on ``PYTHONPATH``
+(placeholders that raise when called; docs/sglang.md, "GPU figures").
 """
 
 from __future__ import annotations
@@ -27,7 +34,11 @@ import warnings
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-os.environ["CUDA_VISIBLE_DEVICES"] = ""
+DEVICE = os.environ.get("LINMETA_SGLANG_DEVICE", "cpu")
+if DEVICE not in ("cpu", "cuda"):
+    raise SystemExit(f"LINMETA_SGLANG_DEVICE must be cpu or cuda, not {DEVICE!r}")
+if DEVICE == "cpu":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ.pop("SGLANG_USE_CPU_ENGINE", None)
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
@@ -35,6 +46,8 @@ logging.disable(logging.WARNING)
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+if DEVICE == "cuda" and not torch.cuda.is_available():
+    raise SystemExit("LINMETA_SGLANG_DEVICE=cuda, but torch sees no CUDA device")
 
 from sglang.srt.runtime_context import get_context, get_parallel  # noqa: E402
 
@@ -75,14 +88,15 @@ SGLANG_VERSION = "0.5.23"
 if sglang.__version__ != SGLANG_VERSION:
     raise SystemExit(f"this harness knows SGLang {SGLANG_VERSION}, found {sglang.__version__}")
 
-# GDN's conv_block_table is host code gated on is_cuda(); build it on CPU too.
-gdn_backend.is_cuda = lambda: True
-# No CUDA: pinned host memory is unavailable (SGLang asks through this predicate).
-hlab.is_pin_memory_available = lambda *a, **k: False
-gdn_backend.is_pin_memory_available = lambda *a, **k: False
-# KDA's prefill-graph tables stage through torch.from_numpy(host).pin_memory(), which
-# needs CUDA; the staging buffer's values are what matter.
-torch.Tensor.pin_memory = lambda self, *a, **k: self
+if DEVICE == "cpu":
+    # GDN's conv_block_table is host code gated on is_cuda(); build it on CPU too.
+    gdn_backend.is_cuda = lambda: True
+    # No CUDA: pinned host memory is unavailable (SGLang asks through this predicate).
+    hlab.is_pin_memory_available = lambda *a, **k: False
+    gdn_backend.is_pin_memory_available = lambda *a, **k: False
+    # KDA's prefill-graph tables stage through torch.from_numpy(host).pin_memory(), which
+    # needs CUDA; the staging buffer's values are what matter.
+    torch.Tensor.pin_memory = lambda self, *a, **k: self
 
 BACKENDS = {
     "mamba2": hlab.Mamba2AttnBackend,
@@ -178,6 +192,18 @@ class _TextConfig:
         self.architectures = ["LinmetaHarness"]
 
 
+# ForwardBatch / EagleVerifyInput fields a server holds on the device (ForwardBatch.init_new).
+_DEVICE_FIELDS = (
+    "input_ids", "req_pool_indices", "seq_lens", "out_cache_loc", "extend_seq_lens",
+    "extend_prefix_lens", "extend_start_loc", "mamba_track_mask", "mamba_track_indices",
+    "mamba_track_seqlens",
+)
+_SPEC_DEVICE_FIELDS = (
+    "draft_token", "custom_mask", "positions", "retrieve_index", "retrieve_next_token",
+    "retrieve_next_sibling",
+)
+
+
 class World:
     """Server args installed, a pool, a model runner and a fresh backend of cfg.backend."""
 
@@ -191,7 +217,7 @@ class World:
             mamba_size=cfg.pool_size,
             mamba_spec_state_size=cfg.pool_size,
             max_context_len=cfg.max_context_len,
-            device="cpu",
+            device=DEVICE,
             enable_memory_saver=False,
             cache_params=_cache_params(cfg),
             mamba_layer_ids=[0],
@@ -200,7 +226,7 @@ class World:
             enable_overlap_schedule=False,
         )
         self.runner = SimpleNamespace(
-            device="cpu",
+            device=DEVICE,
             server_args=server_args,
             is_draft_worker=False,
             req_to_token_pool=self.pool,
@@ -217,6 +243,22 @@ class World:
             linear_attn_backends=resolve_linear_attn_backends(),
         )
         self.backend = BACKENDS[cfg.backend](self.runner)
+
+    def device_batch(self, fb):
+        """Moves fb's device fields (those SGLang's server keeps on the GPU) to DEVICE, in
+        place; the host fields (``seq_lens_cpu``, the ``*_cpu`` lists) stay. Returns fb."""
+        if DEVICE == "cpu":
+            return fb
+        for name in _DEVICE_FIELDS:
+            t = getattr(fb, name, None)
+            if isinstance(t, torch.Tensor):
+                setattr(fb, name, t.to(DEVICE))
+        spec = getattr(fb, "spec_info", None)
+        for name in _SPEC_DEVICE_FIELDS if spec is not None else ():
+            t = getattr(spec, name, None)
+            if isinstance(t, torch.Tensor):
+                setattr(spec, name, t.to(DEVICE))
+        return fb
 
     def reinstall(self):
         """Publishes this world's server args again (after another world's were)."""

@@ -26,8 +26,11 @@ wheel_runner.py calls vLLM's builders:
 The Mamba family: random steps from tests/vllm/mamba_steps.py (its generator and seeding:
 step i of a builder is line i of ``mamba_steps.py --builder B --count N --seed S
 --zero-drafts-percent P``), its --edges steps, and the cases of --mamba-public (default
-tests/data/vllm034_mamba_public.jsonl, vllm034_mamba_public_errors.jsonl and
-vllm034_mamba.jsonl). Each step runs (``_mrv2``) as vLLM 0.34's
+tests/data/vllm034_mamba_public.jsonl, vllm034_mamba_public_errors.jsonl,
+vllm034_mamba.jsonl, vllm034_replayssm.jsonl and vllm034_inkling.jsonl); ReplaySSM steps
+(``--replayssm-steps``, mamba_steps.py --replayssm's stream, per base-Mamba builder, with
+B_cache groups and buffer lengths varied by case name); Inkling capture steps
+(``--capture-steps``). Each step runs (``_mrv2``) as vLLM 0.34's
 ``build_attn_metadata`` (worker/gpu/attn_utils.py:520-605) with its Mamba-hybrid model state
 (model_states/mamba_hybrid.py:44-75):
 * runner path: each group its own CommonAttentionMetadata, with ``is_prefilling`` as the
@@ -69,6 +72,7 @@ import sys
 import time
 import traceback
 import types
+import zlib
 
 # Unset before linmeta.vllm is imported: the profile it chooses for vLLM 0.34 on its own (as
 # under the plugin) must be vLLM 0.34's (checked below).
@@ -103,9 +107,12 @@ assert lv.profile() == "vllm-0.34", f"linmeta.vllm chose profile {lv.profile()!r
 DATA = os.path.join(REPO, "tests", "data")
 PUBLIC = os.path.join(DATA, "vllm034_public.jsonl")
 MAMBA_PUBLIC = ",".join(os.path.join(DATA, f) for f in (
-    "vllm034_mamba_public.jsonl", "vllm034_mamba_public_errors.jsonl", "vllm034_mamba.jsonl"))
+    "vllm034_mamba_public.jsonl", "vllm034_mamba_public_errors.jsonl", "vllm034_mamba.jsonl",
+    "vllm034_replayssm.jsonl", "vllm034_inkling.jsonl"))
 GDN_KDA = ("gdn", "kda")
-MAMBA = tuple(wheel_builders.MAMBA_BUILDERS)  # mamba2, mamba1, short_conv, linear, bailing
+# The Mamba family (mamba2, mamba1, short_conv, linear, bailing, ple) and Inkling's short-conv
+# builder, which runs through the same path (a plain AttentionMetadataBuilder: every group builds).
+MAMBA = tuple(wheel_builders.MAMBA_BUILDERS) + (wheel_builders.INKLING,)
 ALL_BUILDERS = GDN_KDA + MAMBA
 ADAPTER = {"gdn": lv.GDNAttentionMetadataBuilder, "kda": lv.KimiK3KDAMetadataBuilder}
 REFERENCE = {
@@ -113,7 +120,7 @@ REFERENCE = {
     "kda": wheel_env.KimiK3KDAMetadataBuilder,
 }
 for _kind in MAMBA:
-    _name = wheel_builders.MAMBA_BUILDERS[_kind][0]
+    _name = wheel_builders.MAMBA_BUILDERS.get(_kind, ("InklingSconvMetadataBuilder",))[0]
     ADAPTER[_kind] = getattr(lv, _name)
     REFERENCE[_kind] = getattr(wheel_env, _name)
 
@@ -123,21 +130,25 @@ lv.KimiK3KDAMetadataBuilder._get_recoverssm_context = (
 )
 
 
-def _objects(kind: str, config: dict, groups: int, num_tokens: int):
+def _objects(kind: str, config: dict, groups: int, num_tokens: int,
+             replayssm_shape=wheel_builders.REPLAYSSM_SHAPE):
     """One (kv_cache_spec, layer_names, vllm_config) per group, shared by both sides."""
     wheel_builders.check_config(kind, config)
     layer = "mixer" if kind in MAMBA else "linear_attn"
+    inkling = kind == wheel_builders.INKLING
     out = []
     for g in range(groups):
-        vc = wheel_builders.make_vllm_config(kind, config)
+        vc = wheel_builders.make_vllm_config(kind, config, replayssm_shape)
         # The engine's token budget (the adapter sizes its buffers from it; vLLM's builders
-        # do not read it).
-        vc.scheduler_config.max_num_batched_tokens = max(
-            int(config.get("max_num_batched_tokens") or 0),
-            num_tokens,
-            vc.scheduler_config.max_num_batched_tokens,
-        )
-        spec = wheel_builders.make_kv_cache_spec(kind, config)
+        # do not read it). Inkling's builders both read it: the case's.
+        if not inkling:
+            vc.scheduler_config.max_num_batched_tokens = max(
+                int(config.get("max_num_batched_tokens") or 0),
+                num_tokens,
+                vc.scheduler_config.max_num_batched_tokens,
+            )
+        spec = (wheel_builders.make_inkling_spec(config) if inkling
+                else wheel_builders.make_kv_cache_spec(kind, config, replayssm_shape))
         out.append((spec, [f"model.layers.{g}.{layer}"], vc))
     return out
 
@@ -319,7 +330,13 @@ def compare_case(case: dict) -> list[str]:
 # builder has them.
 MAMBA_ATTRS = ("supports_update_block_table", "reorder_batch_threshold", "_cudagraph_support",
                "decode_cudagraph_max_bs", "num_spec_tokens", "use_spec_decode", "chunk_size",
-               "needs_causal_conv1d_metadata", "use_replayssm")
+               "needs_causal_conv1d_metadata", "use_replayssm", "replayssm_buffer_len",
+               "use_flashinfer_replayssm")
+# ReplaySSM's B·C scratch is torch.empty (the model's kernels fill it): its values are not
+# compared, its dtype, shape and device are.
+UNINITIALISED = ("bc_pre_scratch",)
+# ReplaySSM configurations' (B_cache ngroups, replayssm_buffer_len), by case name (_replayssm_shape).
+REPLAYSSM_SHAPES = [(g, n) for g in (1, 2, 8) for n in (4, 8, 16, 32)]
 # The CommonAttentionMetadata tensors a call hands over (their aliases are compared).
 STEP_TENSORS = ("query_start_loc", "query_start_loc_cpu", "seq_lens", "seq_lens_cpu_upper_bound",
                 "is_prefilling", "block_table_tensor", "slot_mapping")
@@ -479,9 +496,14 @@ def _compare_mamba(kind: str, label: str, ref, ours, case: dict) -> list[str]:
         if isinstance(ref, Exception) and isinstance(ours, Exception):
             RAISED[(kind, type(ref).__name__, type(ours).__name__)] += 1
         return _compare(label, ref, ours)
-    diffs = _compare(label, [md for md, _, _ in ref], [md for md, _, _ in ours])
+    diffs = _compare(label, [md for md, _, _ in ref], [md for md, _, _ in ours], UNINITIALISED)
     for g, ((r, r_how, r_in), (o, o_how, o_in)) in enumerate(zip(ref, ours)):
         path = f"{label}.group{g}"
+        for name in UNINITIALISED:
+            rv, ov = getattr(r, name, None), getattr(o, name, None)
+            if (rv is None) != (ov is None) or rv is not None and (
+                    (rv.dtype, rv.shape, rv.device) != (ov.dtype, ov.shape, ov.device)):
+                diffs.append(f"{path}.{name}: {_meta(ov)} vs reference {_meta(rv)}")
         if r_how != o_how:
             diffs.append(f"{path}: made by {o_how} vs reference {r_how}")
             continue
@@ -495,6 +517,18 @@ def _compare_mamba(kind: str, label: str, ref, ours, case: dict) -> list[str]:
             if r_views.get(p) != o_views.get(p):
                 VIEWS[(kind, p[3:], str(r_views.get(p)), str(o_views.get(p)))] += 1
     return diffs
+
+
+def _meta(t) -> str:
+    return "None" if t is None else f"{t.dtype} {tuple(t.shape)} {t.device}"
+
+
+def _replayssm_shape(case: dict) -> tuple[int, int]:
+    """The MambaSpec / cache-config sizes of a ReplaySSM case (case files record none): one of
+    REPLAYSSM_SHAPES by its name."""
+    if not case["config"].get("use_replayssm") or not case["name"].startswith("mambagen"):
+        return wheel_builders.REPLAYSSM_SHAPE
+    return REPLAYSSM_SHAPES[zlib.crc32(case["name"].encode()) % len(REPLAYSSM_SHAPES)]
 
 
 def _tally_mamba(kind: str, case: dict, ref, groups: int) -> None:
@@ -515,6 +549,11 @@ def _tally_mamba(kind: str, case: dict, ref, groups: int) -> None:
         tags.append("capture")
         if int(step["num_actual_tokens"]) > qsl[-1] or 0 in step["seq_lens"]:
             tags.append("padded-capture")
+    if kind == wheel_builders.INKLING:  # per-token fields over the padded tokens (I1)
+        pad = int(step["num_actual_tokens"]) - qsl[-1]
+        tags += ["token-pad"] * (pad > 0) + ["zero-length-rows"] * (0 in step["seq_lens"])
+        _count(f"{kind} {t}" for t in tags)
+        return
     if config["mamba_cache_mode"] == "align":
         tags.append("align")
     if md.num_decodes and not md.num_prefills:
@@ -532,6 +571,8 @@ def _tally_mamba(kind: str, case: dict, ref, groups: int) -> None:
         tags.append("long-prefill")
     if getattr(md, "checkpoint_meta", None) is not None:
         tags.append("checkpoint")
+    if getattr(md, "write_pos_d", None) is not None:
+        tags.append("replayssm" + ("-align" if md.replayssm_seq_lens_d is not None else ""))
     if getattr(md, "state_indices_tensor_d", None) is not None and md.num_decodes and (
             md.state_indices_tensor_d.shape[0] > md.num_decodes):
         tags.append("graph-padded")
@@ -562,7 +603,7 @@ def compare_mamba_case(case: dict) -> list[str]:
     kind, step, config = case["builder"], case["step"], case["config"]
     per_group, accepted, drafts = wheel_runner._step_inputs(case)
     tokens = max(int(step["num_actual_tokens"]), int(step["query_start_loc"][-1]))
-    objs = _objects(kind, config, len(per_group), tokens)
+    objs = _objects(kind, config, len(per_group), tokens, _replayssm_shape(case))
     diffs: list[str] = []
 
     paths = [("runner", False)] + ([("shared", True)] if len(per_group) > 1 else [])
@@ -716,6 +757,10 @@ def main() -> int:
     ap.add_argument("--builders", type=_builder_list, default=list(ALL_BUILDERS),
                     help="comma-separated subset of " + ",".join(ALL_BUILDERS))
     ap.add_argument("--steps", type=int, default=2000, help="random steps per builder kind")
+    ap.add_argument("--replayssm-steps", type=int, default=None,
+                    help="random ReplaySSM steps per Mamba base builder (default: --steps)")
+    ap.add_argument("--capture-steps", type=int, default=None,
+                    help="random Inkling capture steps (default: --steps)")
     ap.add_argument("--seed", type=int, default=None, help="default: from the clock (printed)")
     ap.add_argument("--zero-drafts", type=float, default=10,
                     help="percent of all-zero-draft steps")
@@ -727,6 +772,10 @@ def main() -> int:
     ap.add_argument("--record", default="", help="also write the summary to this file")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else int(time.time()) % 1000000
+    if a.replayssm_steps is None:
+        a.replayssm_steps = a.steps
+    if a.capture_steps is None:
+        a.capture_steps = a.steps
     kinds = a.builders
     print(f"adapter_diff: seed {seed}, {a.steps} random steps per builder "
           f"({','.join(kinds)}), vllm {wheel_env.vllm.__version__}, "
@@ -754,15 +803,16 @@ def main() -> int:
             for d in diffs[:8]:
                 print(f"  {d[:400]}")
 
-    def one(case: dict) -> None:
+    def one(case: dict, tally: str = "") -> None:
         kind = case["builder"]
-        total[kind] += 1
+        tally = tally or kind
+        total[tally] = total.get(tally, 0) + 1
         try:
             diffs = (compare_mamba_case if kind in MAMBA else compare_case)(case)
         except wheel_builders.UnsupportedConfig as e:
             diffs = [f"unsupported config: {e}"]
         if not diffs:
-            equal[kind] += 1
+            equal[tally] = equal.get(tally, 0) + 1
             return
         for d in diffs:
             path = d.split(":")[0]
@@ -842,13 +892,35 @@ def main() -> int:
                                              a.zero_drafts / 100)
                 one(case)
             print(f"{kind}: {a.steps} random steps in {time.time() - t1:.0f} s")
+            if kind == wheel_builders.INKLING and a.capture_steps:
+                # build_for_cudagraph_capture (FULL-graph padding): its own stream.
+                rng = random.Random(f"mamba_steps/{kind}/{seed}/capture")
+                t1 = time.time()
+                for i in range(a.capture_steps):
+                    case = mamba_steps.make_case(rng, kind, f"mambagen-capture-{seed}/{kind}/{i}",
+                                                 15, a.zero_drafts / 100, capture=True)
+                    one(case, f"{kind}/capture")
+                print(f"{kind}/capture: {a.capture_steps} random steps in {time.time() - t1:.0f} s")
+            if kind not in mamba_steps.REPLAYSSM or not a.replayssm_steps:
+                continue
+            # ReplaySSM's Triton path: mamba_steps.py --replayssm's stream.
+            rng = random.Random(mamba_steps.stream(kind, seed, True))
+            t1 = time.time()
+            for i in range(a.replayssm_steps):
+                case = mamba_steps.make_case(rng, kind, f"mambagen-replayssm-{seed}/{kind}/{i}",
+                                             15, a.zero_drafts / 100, True)
+                one(case, f"{kind}/replayssm/{case['config']['mamba_cache_mode']}")
+            print(f"{kind}/replayssm: {a.replayssm_steps} random steps in {time.time() - t1:.0f} s")
         raised = RAISED_STEPS
+        replayssm = [t for k in mamba for t in (f"{k}/capture", f"{k}/replayssm/none",
+                                                f"{k}/replayssm/align") if t in total]
         summary.append("adapter vs vllm 0.34 (Mamba family): " + ", ".join(
-            f"{k} {equal[k]}/{total[k]} equal ({raised[k]} raised by both"
+            f"{k} {equal.get(k, 0)}/{total[k]} equal ({raised[k]} raised by both"
             + (f", {STRICTER[k]} only by linmeta's stricter table check" if STRICTER[k] else "")
             + (f", {REFERENCE_BUG[k]} only by vLLM's spec_sequence_masks staging bug"
                if REFERENCE_BUG[k] else "")
-            + ")" for k in mamba))
+            + ")" for k in mamba) + "".join(
+            f", {k} {equal.get(k, 0)}/{total[k]} equal" for k in replayssm))
         pairs = ", ".join(f"{k} {r}/{o} {n}" for (k, r, o), n in sorted(RAISED.items()))
         print(f"raised on both sides (builder vLLM/linmeta count, every path): {pairs or 'none'}")
         print("runner-path calls: " + ", ".join(

@@ -5,6 +5,7 @@ wheel_cases.py fill fills them from the real wheel.
   mamba_steps.py --builder mamba2|mamba1|short_conv|linear|bailing_linear|ple_short_conv|inkling
                  --count N [--seed S]
                  [--groups-percent P] [--zero-drafts-percent Z]
+                 [--replayssm]
   mamba_steps.py --edges      a fixed list of hand-made steps at the builders' edges (none an
                               MRV2 step; each probes one rule of mamba_model.py)
 
@@ -47,6 +48,11 @@ sliding-window KV cache, no Mamba state), no speculative blocks, ``max_num_batch
 8192 (the size of its buffers: longer steps are rejected), no graph limit at capture (its
 capture build is a plain build), and more token padding (its fields cover the padded tokens).
 
+--replayssm (the Mamba base builders: mamba2, mamba1, short_conv, ple_short_conv): every
+configuration has ``use_replayssm`` (ReplaySSM's Triton path, cache_config.use_replayssm) and
+k = 0 (vLLM 0.34 runs ReplaySSM's speculative decoding on FlashInfer only); the rest as above,
+from its own stream (seed ``mamba_steps/B/S/replayssm``).
+
 Reproducible: the same arguments print the same lines (Python's random.Random(seed)).
 """
 
@@ -58,7 +64,8 @@ import random
 import sys
 
 BUILDERS = ("mamba2", "mamba1", "short_conv", "linear", "bailing_linear", "ple_short_conv", "inkling")
-LINEAR = ("linear", "bailing_linear", "inkling")  # no graph limit at capture, no is_prefilling rules
+LINEAR = ("linear", "bailing_linear", "inkling")
+REPLAYSSM = ("mamba2", "mamba1", "short_conv", "ple_short_conv")  # BaseMambaAttentionMetadataBuilder  # no graph limit at capture, no is_prefilling rules
 BLOCK_SIZES = (16, 64, 256, 528)
 CHUNK_SIZES = (64, 128, 256)
 CAPTURE_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128, 192, 256, 320, 384, 512)
@@ -77,8 +84,10 @@ RESUMED = "resumed"  # not prefilling, query > k + 1 -> a prefill by length
 PAD = "pad"  # zero-length padding row
 
 
-def random_config(rng: random.Random, builder: str) -> dict:
-    if builder == "linear":
+def random_config(rng: random.Random, builder: str, replayssm: bool = False) -> dict:
+    if replayssm:
+        k = 0
+    elif builder == "linear":
         k = 0 if rng.random() < 0.85 else rng.randint(1, 7)
     else:
         k = 0 if rng.random() < 0.35 else rng.randint(1, 7)
@@ -98,6 +107,8 @@ def random_config(rng: random.Random, builder: str) -> dict:
         "use_recoverssm": False,
         "num_prefill_checkpoint_blocks": 0,
     }
+    if replayssm:
+        c["use_replayssm"] = True
     if builder == "mamba2":
         declares = rng.random() < 0.7
         c["num_prefill_checkpoint_blocks"] = 1 if declares else 0
@@ -364,9 +375,13 @@ def random_step(rng: random.Random, c: dict, builder: str, groups: int, zero_dra
 
 
 def make_case(rng: random.Random, builder: str, name: str, groups_percent: int,
-              zero_drafts: float) -> dict:
-    c = random_config(rng, builder)
-    capture = c["full_cuda_graph"] and rng.random() < 0.1
+              zero_drafts: float, replayssm: bool = False, capture: bool = False) -> dict:
+    """`capture`: a capture step (FULL graphs) whatever the draw."""
+    c = random_config(rng, builder, replayssm)
+    if capture:
+        c["full_cuda_graph"] = True
+    else:
+        capture = c["full_cuda_graph"] and rng.random() < 0.1
     if capture:
         s = _capture_step(rng, c, builder)
     else:
@@ -480,6 +495,11 @@ def edges() -> list[dict]:
     return out
 
 
+def stream(builder: str, seed: int, replayssm: bool = False) -> str:
+    """The random.Random seed of main()'s stream."""
+    return f"mamba_steps/{builder}/{seed}" + ("/replayssm" if replayssm else "")
+
+
 def main() -> int:
     if sys.argv[1:] == ["--edges"]:
         for case in edges():
@@ -491,14 +511,18 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--groups-percent", type=int, default=15)
     ap.add_argument("--zero-drafts-percent", type=int, default=0)
+    ap.add_argument("--replayssm", action="store_true")
     a = ap.parse_args()
     if a.count < 0 or not 0 <= a.groups_percent <= 100 or not 0 <= a.zero_drafts_percent <= 100:
         ap.error("bad --count / --groups-percent / --zero-drafts-percent")
-    rng = random.Random(f"mamba_steps/{a.builder}/{a.seed}")
+    if a.replayssm and a.builder not in REPLAYSSM:
+        ap.error(f"--replayssm: {a.builder} is no BaseMambaAttentionMetadataBuilder ({REPLAYSSM})")
+    rng = random.Random(stream(a.builder, a.seed, a.replayssm))
     out = sys.stdout
+    tag = "-replayssm" if a.replayssm else ""
     for i in range(a.count):
-        case = make_case(rng, a.builder, f"mambagen-{a.seed}/{a.builder}/{i}", a.groups_percent,
-                         a.zero_drafts_percent / 100)
+        case = make_case(rng, a.builder, f"mambagen{tag}-{a.seed}/{a.builder}/{i}",
+                         a.groups_percent, a.zero_drafts_percent / 100, a.replayssm)
         out.write(json.dumps(case, separators=(",", ":")) + "\n")
     return 0
 

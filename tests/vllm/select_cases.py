@@ -28,7 +28,21 @@ def _query_lens(step: dict) -> list[int]:
 
 
 def mamba_tags(case: dict) -> list[str]:
-    """Categories of a Mamba-family case (the Mamba case format)."""
+    """Categories of a Mamba-family case (the Mamba case format); a ReplaySSM case's are its
+    own ("mamba2/replayssm:..."), plus whether its scratch views are set and align mode's
+    seq_lens."""
+    t = _mamba_tags(case)
+    if not case["config"].get("use_replayssm"):
+        return t
+    b = case["builder"]
+    t = [f"{b}/replayssm{x[len(b):]}" for x in t]
+    e = case.get("expected", {})
+    if e.get("replayssm_rows") is not None:
+        t.append(f"{b}/replayssm:scratch" + (":seq-lens" if e.get("replayssm_seq_lens_d") else ""))
+    return t
+
+
+def _mamba_tags(case: dict) -> list[str]:
     cfg, step, b = case["config"], case["step"], case["builder"]
     k = cfg["num_spec"]
     t = [b, f"{b}:{cfg['mamba_cache_mode']}", f"{b}:{'k0' if k == 0 else 'spec-config'}"]

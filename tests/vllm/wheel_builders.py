@@ -25,6 +25,13 @@ blocks 1 and alignment 1). The model config is a ``ModelConfig`` carrying only t
 config that ``get_mamba_chunk_size`` reads (no model is loaded; the builders read nothing else
 of it with ReplaySSM off). The MambaSpec's ``mamba_type`` is the builder's backend.
 
+ReplaySSM's Triton path (``use_replayssm``: the base-Mamba builders, k = 0): the cache config's
+``use_replayssm`` and ``replayssm_buffer_len``, and a MambaSpec of ReplaySSM's five state
+shapes (conv, ssm, x_cache, dt_cache, B_cache; mamba_utils.py append_replayssm_ring), of which the
+builder reads B_cache's ngroups (``shapes[4][0]``). Case files do not record the two sizes (the
+core has no use for them): they are ``REPLAYSSM_SHAPE`` unless the caller passes others
+(adapter_diff.py varies them).
+
 Inkling's short-conv builder (``inkling``, models/inkling/nvidia/sconv_swa_attn.py) takes a
 SlidingWindowSpec of ``block_size``-token blocks (the conv kernel size; its build reads no field
 of it) and reads only ``scheduler_config.max_num_batched_tokens`` (the size of its per-token
@@ -65,6 +72,10 @@ MAMBA_BUILDERS = {
 
 
 INKLING = "inkling"
+# The Mamba base builders (BaseMambaAttentionMetadataBuilder), which take ReplaySSM.
+REPLAYSSM_BUILDERS = ("mamba2", "mamba1", "short_conv", "ple_short_conv")
+# (B_cache ngroups, replayssm_buffer_len) of the case files' ReplaySSM configurations.
+REPLAYSSM_SHAPE = (2, 16)
 
 
 def is_mamba(builder: str) -> bool:
@@ -119,6 +130,11 @@ def check_config(builder: str, config: dict) -> None:
         raise UnsupportedConfig(f"mamba_cache_mode {config['mamba_cache_mode']!r} (0.34: none|align)")
     if builder == INKLING and config["mamba_cache_mode"] != "none":
         raise UnsupportedConfig("inkling has no Mamba state: mamba_cache_mode none")
+    if config.get("use_replayssm"):
+        if builder not in REPLAYSSM_BUILDERS:
+            raise UnsupportedConfig(f"use_replayssm is an option of {REPLAYSSM_BUILDERS}")
+        if int(config["num_spec"]) > 0:
+            raise UnsupportedConfig("use_replayssm: vLLM 0.34's Triton ReplaySSM has k = 0")
     if runs_like_mamba(builder):
         if config["use_recoverssm"]:
             raise UnsupportedConfig("use_recoverssm is a KDA option")
@@ -145,7 +161,7 @@ def make_model_config(config: dict) -> ModelConfig:
     return model_config
 
 
-def make_vllm_config(builder: str, config: dict) -> VllmConfig:
+def make_vllm_config(builder: str, config: dict, replayssm_shape=REPLAYSSM_SHAPE) -> VllmConfig:
     num_spec = int(config["num_spec"])
     mode = CUDAGraphMode.FULL_AND_PIECEWISE if config["full_cuda_graph"] else CUDAGraphMode.PIECEWISE
     capture = config["max_cudagraph_capture_size"]
@@ -155,9 +171,12 @@ def make_vllm_config(builder: str, config: dict) -> VllmConfig:
         additional = {"kda_prefill_backend": backend} if builder == "kda" else {}
         if builder == "gdn":
             additional["gdn_prefill_backend"] = backend
+    replayssm = bool(config.get("use_replayssm"))
     cache = CacheConfig(
         mamba_cache_mode=config["mamba_cache_mode"],
         mamba_block_size=int(config["block_size"]),
+        use_replayssm=replayssm,
+        **({"replayssm_buffer_len": int(replayssm_shape[1])} if replayssm else {}),
     )
     vc = VllmConfig(
         compilation_config=CompilationConfig(cudagraph_mode=mode, max_cudagraph_capture_size=capture),
@@ -189,11 +208,21 @@ def make_vllm_config(builder: str, config: dict) -> VllmConfig:
     return vc
 
 
-def make_kv_cache_spec(builder: str, config: dict) -> MambaSpec:
+def replayssm_shapes(ngroups: int, buffer_len: int) -> tuple:
+    """A Mamba2 layer's ReplaySSM page (mamba_utils.py append_replayssm_ring, Triton): conv,
+    ssm (4 heads of 8 x 16), x_cache, dt_cache, B_cache."""
+    heads, head_dim, state = 4, 8, 16
+    return ((3, 32), (heads, head_dim, state), (heads, buffer_len, head_dim), (heads, buffer_len),
+            (ngroups, buffer_len, state))
+
+
+def make_kv_cache_spec(builder: str, config: dict, replayssm_shape=REPLAYSSM_SHAPE) -> MambaSpec:
+    f32, bf16 = wheel_env.torch.float32, wheel_env.torch.bfloat16
+    replayssm = bool(config.get("use_replayssm"))
     return MambaSpec(
         block_size=int(config["block_size"]),
-        shapes=((1,),),
-        dtypes=(wheel_env.torch.float32,),
+        shapes=replayssm_shapes(*replayssm_shape) if replayssm else ((1,),),
+        dtypes=(bf16, f32, bf16, f32, bf16) if replayssm else (f32,),
         mamba_cache_mode=config["mamba_cache_mode"],
         num_speculative_blocks=int(config["num_speculative_blocks"]),
         num_prefill_checkpoint_blocks=int(config["num_prefill_checkpoint_blocks"]),
@@ -202,12 +231,19 @@ def make_kv_cache_spec(builder: str, config: dict) -> MambaSpec:
     )
 
 
+def make_inkling_spec(config: dict) -> SlidingWindowSpec:
+    """Inkling's conv cache: a SlidingWindowSpec of kernel-size blocks (its build reads none of
+    it)."""
+    block = int(config["block_size"])
+    return SlidingWindowSpec(block_size=block, num_kv_heads=1, head_size=64,
+                             dtype=wheel_env.torch.bfloat16, sliding_window=block)
+
+
 def make_builder(builder: str, config: dict, group: int = 0):
     """One builder instance, as the runner makes one per KV-cache group."""
     check_config(builder, config)
     if builder == INKLING:
-        spec = SlidingWindowSpec(block_size=int(config["block_size"]), num_kv_heads=1, head_size=64,
-                                 dtype=wheel_env.torch.bfloat16, sliding_window=int(config["block_size"]))
+        spec = make_inkling_spec(config)
         return wheel_env.InklingSconvMetadataBuilder(
             spec, [f"model.layers.{group}.sconv"], make_vllm_config(builder, config), wheel_env.DEVICE)
     if is_mamba(builder):

@@ -26,7 +26,13 @@ re-gather path and a plain build are checked against each other on every multi-g
 tensors as (nested) lists with ``<field>__dtype`` beside them and ``<field>__shape`` for empty
 tensors of 2+ dimensions; nested dataclasses (``checkpoint_meta``) and dicts (``nums_dict``,
 keys as strings) as objects serialised the same way. The ReplaySSM-only fields are left out
-(ReplaySSM is off: the harness checks they are unset).
+where ReplaySSM is off (the harness checks they are unset). With ``use_replayssm`` (its Triton
+path) ``write_pos_d``, ``is_flush_d`` and ``bc_pre_scratch`` are views of the builder's
+persistent scratch, which the model's kernels fill: the harness checks their dtypes (int32,
+int8, float32), trailing shape ((ngroups, replayssm_buffer_len) for the last) and equal row
+counts, and records that count (or null) as linmeta's ``replayssm_rows``;
+``replayssm_seq_lens_d`` is recorded when set, ``replayssm_align_block_size`` always, and
+FlashInfer's ``replayssm_scratch`` / ``replayssm_state_indices_d`` are checked unset.
 """
 
 from __future__ import annotations
@@ -46,6 +52,12 @@ REPLAYSSM_FIELDS = {
     "replayssm_align_block_size": 0,
     "replayssm_scratch": None,
     "replayssm_state_indices_d": None,
+}
+# ReplaySSM's (Triton) scratch views: field -> (dtype, the builder's buffer).
+REPLAYSSM_SCRATCH = {
+    "write_pos_d": (torch.int32, "decode_write_pos_d"),
+    "is_flush_d": (torch.int8, "decode_is_flush_d"),
+    "bc_pre_scratch": (torch.float32, "decode_bc_pre_scratch"),
 }
 # Inkling's fields that are the caller's tensors (checked, left out: case files record no table).
 PASSED_THROUGH = {"block_table", "slot_mapping"}
@@ -98,12 +110,42 @@ def _check_passed_through(md, m) -> None:
         "inkling slot_mapping is not the caller's whole slot_mapping")
 
 
-def serialise(md, m=None) -> dict:
+def _replayssm_rows(md, b) -> int | None:
+    """The row count of vLLM's ReplaySSM scratch views (None: unset), after checking each is
+    contiguous first rows of a scratch buffer of builder `b`'s shape and dtype."""
+    rows = set()
+    for name, (dtype, buffer) in REPLAYSSM_SCRATCH.items():
+        v, buf = getattr(md, name), getattr(b, buffer)
+        if v is None:
+            rows.add(None)
+            continue
+        if v.dtype != dtype or tuple(v.shape[1:]) != tuple(buf.shape[1:]) or not v.is_contiguous():
+            raise RuntimeError(f"ReplaySSM {name}: {v.dtype} {tuple(v.shape)}, not rows of "
+                               f"{buf.dtype} {tuple(buf.shape)}")
+        rows.add(v.shape[0])
+    if len(rows) != 1:
+        raise RuntimeError(f"ReplaySSM scratch views of different rows {rows}")
+    return rows.pop()
+
+
+def serialise(md, m=None, b=None) -> dict:
+    """`b`: the builder (its ReplaySSM scratch buffers' shapes) when ReplaySSM is on."""
     fields = {}
+    replayssm = b is not None and getattr(b, "use_replayssm", False)
+    if replayssm and (md.replayssm_scratch is not None or md.replayssm_state_indices_d is not None):
+        raise RuntimeError("FlashInfer ReplaySSM fields set on the Triton path")
     for f in dataclasses.fields(md):
         value = getattr(md, f.name)
         if f.name in PASSED_THROUGH:
             _check_passed_through(md, m)
+            continue
+        if replayssm and f.name in REPLAYSSM_SCRATCH:
+            if "replayssm_rows" not in fields:
+                fields["replayssm_rows"] = _replayssm_rows(md, b)
+            continue
+        if replayssm and f.name == "replayssm_align_block_size" or (
+                replayssm and f.name == "replayssm_seq_lens_d" and value is not None):
+            fields[f.name] = value
             continue
         if f.name in REPLAYSSM_FIELDS:
             if value != REPLAYSSM_FIELDS[f.name]:
@@ -149,14 +191,14 @@ def execute(case: dict, per_group, accepted, drafts, dtype_log: dict | None = No
             md = _build(b, builder, mode, m, accepted, drafts)
         if g == 0:
             first_md = md
-        runner_out.append(serialise(md, m))
+        runner_out.append(serialise(md, m, b))
         if dtype_log is not None:
             _log_dtypes(dtype_log, builder, runner_out[-1])
 
     for g in updated:
         m = per_group[g]
         b = wheel_builders.make_builder(builder, config, g)
-        alone = serialise(_build(b, builder, mode, m, accepted, drafts), m)
+        alone = serialise(_build(b, builder, mode, m, accepted, drafts), m, b)
         if alone != runner_out[g]:
             raise HarnessMismatch(f"group {g}: update_block_table and an independent build differ")
     return runner_out[0], (runner_out if "groups" in case["step"] else None)

@@ -115,6 +115,8 @@ inline void make_vllm034(std::mt19937& rng, BuilderKind kind, Config& c) {
       c.num_prefill_checkpoint_blocks = 1;
       c.prefill_checkpoint_alignment = pick(rng, {1, 16, c.block_size});
     }
+    // ReplaySSM's Triton path (M6): the Mamba base builders without speculative decoding.
+    c.use_replayssm = is_mamba_base(kind) && c.num_spec == 0 && coin(rng, 0.5);
     if (kind == BuilderKind::Inkling) {  // a sliding-window KV cache: no Mamba state (I2)
       c.mamba_cache_mode = CacheMode::None;
       c.num_speculative_blocks = 0;

@@ -219,9 +219,11 @@ class Builder:
         """Why this configuration is left to vLLM's builder, or None."""
         return None
 
-    def _join_engine(self, device) -> None:
+    def _join_engine(self, device, scratch=None) -> None:
         """Makes this builder object's own native builder (one KV-cache group) and engine:
-        nothing is shared with another builder object."""
+        nothing is shared with another builder object. `scratch`: called with the native
+        builder, {field: persistent tensor} of the fields the engine hands out as views of
+        their first ``replayssm_rows`` rows (ReplaySSM's, mamba.py)."""
         cls = self.metadata_class()
         check_plain_dataclass(cls)
         classes = self.composite_classes_of()
@@ -236,7 +238,9 @@ class Builder:
                 builder = _linmeta.MetadataBuilder(self.kind, **kw)
         else:
             builder = _linmeta.MetadataBuilder(self.kind, **kw)
-        self._engine = _linmeta.vllm.Engine(builder, cls, defaults(cls), classes)
+        fields = defaults(cls)
+        views = {k: v for k, v in (scratch(builder) if scratch else {}).items() if k in fields}
+        self._engine = _linmeta.vllm.Engine(builder, cls, fields, classes, views)
 
     def composite_classes_of(self) -> dict:
         return {}
@@ -284,6 +288,19 @@ class Builder:
     def update_block_table(self, metadata, blk_table, slot_mapping):
         return self._engine.update_block_table(metadata, blk_table)
 
+
+
+class V034Builder(Builder):
+    """A class of this package with vLLM 0.34's rules only and nothing of its own to set
+    before its engine (linear attention, Inkling)."""
+
+    @classmethod
+    def unsupported(cls, kv_cache_spec, vllm_config):
+        return None if profile() == "vllm-0.34" else "linmeta has vLLM 0.34's rules only"
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self._join_engine(device)
 
 
 def register_with_vllm(classes) -> list[str]:

@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import typing
 
-from ._common import AttentionCGSupport, Base, Builder, profile, vllm_class
+from ._common import AttentionCGSupport, Base, V034Builder, vllm_class
 from .local import local_class
 
 _MODULE = "vllm.models.inkling.nvidia.sconv_swa_attn"
@@ -27,18 +27,10 @@ def _local_metadata():
     return cls
 
 
-class InklingSconvMetadataBuilder(Builder, Base):
+class InklingSconvMetadataBuilder(V034Builder, Base):
     kind = "inkling"
     replaces = (_MODULE, "InklingSconvMetadataBuilder")
     _cudagraph_support = AttentionCGSupport.UNIFORM_BATCH
-
-    @classmethod
-    def unsupported(cls, kv_cache_spec, vllm_config):
-        return None if profile() == "vllm-0.34" else "linmeta has vLLM 0.34's rules only"
-
-    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
-        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        self._join_engine(device)
 
     def metadata_class(self):
         return vllm_class(_MODULE, "InklingSconvMetadata") or _local_metadata()

@@ -5,7 +5,9 @@ attention (MiniMax-Text-01 / M1) and its Bailing subclass (Ling hybrids). linmet
 
 from __future__ import annotations
 
-from ._common import AttentionCGSupport, Base, Builder, profile, vllm_class
+import torch
+
+from ._common import AttentionCGSupport, Base, Builder, V034Builder, profile, vllm_class
 from .local import local_class
 
 _BACKENDS = "vllm.v1.attention.backends"
@@ -38,8 +40,8 @@ class _MambaBuilder(Builder, Base):
     def unsupported(cls, kv_cache_spec, vllm_config):
         if profile() != "vllm-0.34":
             return "linmeta has vLLM 0.34's Mamba rules only"
-        if getattr(vllm_config.cache_config, "use_replayssm", False):
-            return "ReplaySSM"
+        if getattr(vllm_config, "use_flashinfer_replayssm", False):
+            return "FlashInfer ReplaySSM (its scratch is FlashInfer's allocator's)"
         return _threshold_unsupported(vllm_config)
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
@@ -48,18 +50,40 @@ class _MambaBuilder(Builder, Base):
         self.compilation_config = vllm_config.compilation_config
         self.num_spec_tokens: int = vllm_config.num_speculative_tokens
         self.use_spec_decode = self.num_spec_tokens > 0
-        self.use_replayssm = False
+        # ReplaySSM: its Triton path (FlashInfer's is vLLM's: unsupported()).
+        self.use_replayssm = bool(getattr(vllm_config.cache_config, "use_replayssm", False))
+        self.replayssm_buffer_len = getattr(vllm_config.cache_config, "replayssm_buffer_len", 16)
+        self.use_flashinfer_replayssm = False
+        self.decode_bc_pre_scratch = None
+        self.decode_replayssm_scratch = None
+        self.decode_replayssm_state_indices_d = None
         self._init_reorder_batch_threshold(1, self.use_spec_decode)
         if self.use_spec_decode:
             self.supports_update_block_table = False
-        self._join_engine(device)
+        self._join_engine(device, self._replayssm_scratch if self.use_replayssm else None)
         self.decode_cudagraph_max_bs: int = self._engine.builder.decode_cudagraph_max_bs
+
+    def _replayssm_scratch(self, builder) -> dict:
+        """ReplaySSM's persistent decode scratch as vLLM's builder allocates it
+        (mamba_attn.py:142-165): per-row ring cursor and flush flag (zeros) and the B·C
+        products, (rows, ngroups, replayssm_buffer_len) float32, ngroups from the MambaSpec's
+        B_cache shape; rows = max(decode_cudagraph_max_bs, max_num_seqs). The model's
+        kernels fill them; each result holds views of their first rows (the engine)."""
+        rows = max(builder.decode_cudagraph_max_bs,
+                   self.vllm_config.scheduler_config.max_num_seqs)
+        ngroups = self.kv_cache_spec.shapes[4][0]
+        self.decode_write_pos_d = torch.zeros((rows,), dtype=torch.int32, device=self.device)
+        self.decode_is_flush_d = torch.zeros((rows,), dtype=torch.int8, device=self.device)
+        self.decode_bc_pre_scratch = torch.empty((rows, ngroups, self.replayssm_buffer_len),
+                                                 dtype=torch.float32, device=self.device)
+        return {"write_pos_d": self.decode_write_pos_d, "is_flush_d": self.decode_is_flush_d,
+                "bc_pre_scratch": self.decode_bc_pre_scratch}
 
     def metadata_class(self):
         return vllm_class(f"{_BACKENDS}.{self.module}", self.metadata_name) or local_class(self.kind)
 
     def linmeta_config(self) -> dict:
-        return dict(self.common_config(), profile="vllm-0.34")
+        return dict(self.common_config(), profile="vllm-0.34", use_replayssm=self.use_replayssm)
 
 
 class Mamba2AttentionMetadataBuilder(_MambaBuilder):
@@ -124,21 +148,13 @@ class PleShortConvAttentionMetadataBuilder(_MambaBuilder):
         return dict(super().linmeta_config(), **self.checkpoint_config(self.kv_cache_spec, None))
 
 
-class LinearAttentionMetadataBuilder(Builder, Base):
+class LinearAttentionMetadataBuilder(V034Builder, Base):
     """vLLM 0.34's LinearAttentionMetadataBuilder (linear_attn.py), built by linmeta."""
 
     kind = "linear"
     replaces = (f"{_BACKENDS}.linear_attn", "LinearAttentionMetadataBuilder")
     _cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
     reorder_batch_threshold: int = 1
-
-    @classmethod
-    def unsupported(cls, kv_cache_spec, vllm_config):
-        return None if profile() == "vllm-0.34" else "linmeta has vLLM 0.34's rules only"
-
-    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
-        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        self._join_engine(device)
 
     def metadata_class(self):
         return vllm_class(f"{_BACKENDS}.linear_attn", "LinearAttentionMetadata") or local_class(

@@ -12,6 +12,14 @@ nb::dlpack::dtype dlpack_dtype(DType t) {
           static_cast<uint8_t>(8 * dtype_size(t)), 1};
 }
 
+nb::object first_rows(nb::handle obj, int64_t rows) {
+  nb::object s = nb::steal(PySlice_New(nb::int_(0).ptr(), nb::int_(rows).ptr(), nullptr));
+  if (!s.is_valid()) throw nb::python_error();
+  PyObject* v = PyObject_GetItem(obj.ptr(), s.ptr());
+  if (v == nullptr) throw nb::python_error();
+  return nb::steal(v);
+}
+
 size_t FieldExporter::KeyHash::operator()(const Key& k) const {
   size_t h = std::hash<uintptr_t>{}(k.ptr);
   h ^= std::hash<int64_t>{}(k.rows) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -53,7 +61,11 @@ nb::object FieldExporter::array(Out id, const Array& a, bool device, const Calle
   // the caller's objects, as vLLM's builders return them. The builder's buffers never
   // alias caller memory, so the address tells.
   if (a.data != nullptr) {
-    if (a.data == in.seq_lens_data && in.seq_lens.is_valid()) return nb::borrow(in.seq_lens);
+    // vLLM's replayssm_seq_lens_d is seq_lens[:num_reqs], a new view object: so in the
+    // engine's results (fresh_views; torch tensors); the generic object hands the caller's.
+    if (a.data == in.seq_lens_data && in.seq_lens.is_valid())
+      return id == Out::ReplaySsmSeqLensD && fresh_views_ ? first_rows(in.seq_lens, a.rows)
+                                                          : nb::borrow(in.seq_lens);
     if (a.data == in.accepted_data && in.accepted.is_valid()) return nb::borrow(in.accepted);
     if (a.data == in.query_start_loc_data && in.query_start_loc.is_valid())
       return nb::borrow(in.query_start_loc);

@@ -23,6 +23,9 @@ namespace nb = nanobind;
 /// The DLPack element type of an output dtype.
 nb::dlpack::dtype dlpack_dtype(DType t);
 
+/// `obj[:rows]`: a new view of an array object's first rows (Python's slicing).
+nb::object first_rows(nb::handle obj, int64_t rows);
+
 /// The caller's arrays of one call, for the output rows in the caller's memory
 /// (Cap::Input: seq_lens, query_start_loc, a passed-through num_accepted_tokens, a table).
 struct CallerArrays {

@@ -180,8 +180,10 @@ class Engine {
   /// dataclass every call returns; defaults: its fields' defaults (every result starts from a
   /// copy); classes: {field name: dataclass} for the composites vLLM returns as dataclasses
   /// ("a.b" for one nested in composite a); each made with its members as the instance's
-  /// __dict__ (Maker).
-  Engine(nb::handle builder, nb::object cls, nb::dict defaults, nb::dict classes)
+  /// __dict__ (Maker); scratch: {field name: tensor}, the caller's persistent ReplaySSM
+  /// scratch buffers (vLLM's write_pos_d, is_flush_d, bc_pre_scratch), each such field of a
+  /// result a new view of the first Metadata::replayssm_rows rows (None where that is None).
+  Engine(nb::handle builder, nb::object cls, nb::dict defaults, nb::dict classes, nb::dict scratch)
       : builder_(checked_builder(builder)),
         b_(nb::inst_ptr<PyBuilder>(builder_)),
         exporter_(builder_, b_->device_id, b_->array_type, /*fresh_views=*/true),
@@ -208,6 +210,12 @@ class Engine {
         cc.fields.push_back(
             {nb::borrow<nb::str>(f), find_output(name + "." + nb::cast<std::string>(f))});
       composites_[static_cast<size_t>(row->id)] = std::make_unique<CompositeClass>(std::move(cc));
+    }
+    for (auto [k, t] : scratch) {
+      if (!nb::isinstance<nb::str>(k) || !wanted.contains(k))
+        raise_error("scratch: " + nb::cast<std::string>(nb::repr(k)) +
+                    " names no field of the metadata class");
+      scratch_.emplace_back(nb::borrow<nb::str>(k), nb::borrow(t));
     }
     live_engines->push_back(this);
   }
@@ -242,6 +250,7 @@ class Engine {
     Py_VISIT(builder_.ptr());
     Py_VISIT(make_.cls.ptr());
     Py_VISIT(defaults_.ptr());
+    for (const auto& s : scratch_) Py_VISIT(s.second.ptr());
     for (const auto& c : composites_)
       if (c) Py_VISIT(c->make.cls.ptr());
     if (const int r = last_.traverse(visit, arg); r != 0) return r;
@@ -255,6 +264,7 @@ class Engine {
     table_.object = nb::object();
     result_ = nb::object();
     defaults_ = nb::dict();
+    scratch_.clear();
     exporter_.clear();
   }
 
@@ -472,7 +482,16 @@ class Engine {
         v = v.attr("to")(last_.accepted.attr("dtype"));
       out[k.name] = std::move(v);
     }
+    // vLLM's update_block_table re-slices its ReplaySSM scratch on a FULL-graph decode step
+    // (from the updating builder's buffers) and keeps the metadata's views otherwise.
+    if (!group_rows_only || meta_.decode_rows_staged) fill_scratch(out);
     return out;
+  }
+
+  /// The scratch fields of a result: new views of the buffers' first replayssm_rows rows.
+  void fill_scratch(nb::dict& out) const {
+    for (const auto& [name, buffer] : scratch_)
+      out[name] = meta_.replayssm_rows ? first_rows(buffer, *meta_.replayssm_rows) : nb::none();
   }
 
   /// Row `spec`'s value in `m`: a composite configured as a dataclass made from its
@@ -521,6 +540,7 @@ class Engine {
   std::array<std::unique_ptr<CompositeClass>, kNumOutputs> composites_;
   std::array<nb::str, kAttrs> names_;
   std::vector<Key> keys_;
+  std::vector<std::pair<nb::str, nb::object>> scratch_;  ///< field name, the caller's buffer
 
   PreparedStep prepared_;  ///< a plan's imports (emptied after it)
   /// The last call: its inputs (held until the next call: the launch reads them, another
@@ -557,8 +577,8 @@ void bind_vllm(nb::module_& m) {
                      nb::is_weak_referenceable(),
                      "The native half of one linmeta.vllm builder object, over its own "
                      "linmeta.MetadataBuilder (python/src/vllm/engine.hpp).")
-      .def(nb::init<nb::handle, nb::object, nb::dict, nb::dict>(), "builder"_a.none(), "cls"_a,
-           "defaults"_a, "classes"_a)
+      .def(nb::init<nb::handle, nb::object, nb::dict, nb::dict, nb::dict>(), "builder"_a.none(),
+           "cls"_a, "defaults"_a, "classes"_a, "scratch"_a = nb::dict())
       .def("build", &Engine::build, "m"_a, "num_accepted_tokens"_a.none(),
            "num_decode_draft_tokens_cpu"_a.none(), "capture"_a)
       .def("update_block_table", &Engine::update_block_table, "metadata"_a, "table"_a.none())
