@@ -85,6 +85,9 @@ void carve_plan(const PlanStorage& storage, Carver& c, StepPlan& p) {
   p.sgl.re_end = c.take(SR, "sgl.re_end");
   p.sgl.initial = c.take(SR, "sgl.initial");
   p.sgl.extend_lens = c.take(SR, "sgl.extend_lens");
+  p.sgl.unaligned = c.take(SR, "sgl.unaligned");
+  p.sgl.chunk_idx = c.take(SR, "sgl.chunk_idx");
+  p.sgl.conv_starts = c.take(SR > 0 ? SR + 1 : 0, "sgl.conv_starts");
   p.sgl.chunk_indices = c.take(SR > 0 ? storage.mamba_chunks : 0, "sgl.chunk_indices");
   p.sgl.chunk_offsets = c.take(SR > 0 ? storage.mamba_chunks : 0, "sgl.chunk_offsets");
 }

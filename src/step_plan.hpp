@@ -147,6 +147,14 @@ struct SglangPlan {
   std::span<int32_t> h_src;       ///< [n_h] its chunk
   std::span<int32_t> re_rows;     ///< [n_re] Mamba2: rows whose state is recomputed
   std::span<int32_t> re_end;      ///< [n_re] their end token
+  int32_t n_unaligned = 0;
+  std::span<int32_t> unaligned;     ///< [n_unaligned] tracked rows off the chunk grid, in order
+  std::span<int32_t> chunk_idx;     ///< [bs] their chunk, -1 on every other row
+  int32_t logical_num_tokens = -1;  ///< an extend's token count; -1: None
+  // GDN's prefill conv block table: (sequence, 8-token block) pairs.
+  bool conv_table = false;
+  int32_t n_conv_blocks = 0;
+  std::span<int32_t> conv_starts;  ///< [bs + 1] ceil-cumsum of the extend lengths / 8
   // Mamba2Metadata.
   bool decode_counts = false;  ///< prepare_decode (num_decodes = bs)
   bool mixed = false;          ///< mixed_metadata present (prepare_mixed's extend path)

@@ -8,7 +8,7 @@ SGLang venv's python (scripts/sglang-env.sh) and linmeta importable (PYTHONPATH=
         [--step decode ...] [--impl sglang --impl linmeta] [--json out.json] [--device cuda]
 
 ``--impl``: ``sglang`` (SGLang's class), ``linmeta`` (linmeta.sglang's subclass, where linmeta
-serves the backend: Mamba2; on CPU tensors its builder is the host target, the finish jobs
+serves the backend: Mamba2, GDN, KDA, Lightning; on CPU tensors its builder is the host target, the finish jobs
 run inside the call), default both. Each row's ``x`` is SGLang's time over linmeta's.
 
 Per (backend, step): SGLang's backend object is built once (tests/sglang/sglang_world.py:
@@ -256,10 +256,12 @@ def timed(fn, iters: int, warmup: int, before=None):
 def linmeta_classes() -> dict:
     """linmeta.sglang's classes by backend (none when linmeta is not importable)."""
     try:
-        from linmeta.sglang import mamba2
+        from linmeta.sglang import gdn, kda, lightning, mamba2
     except ImportError:
         return {}
-    return {"mamba2": mamba2.LinmetaMamba2AttnBackend}
+    return {"mamba2": mamba2.LinmetaMamba2AttnBackend, "gdn": gdn.LinmetaGDNAttnBackend,
+            "lightning": lightning.LinmetaLightningAttentionBackend,
+            "kda": kda.LinmetaKDAAttnBackend}
 
 
 def bench_one(backend: str, name: str, iters: int, warmup: int, impl: str = "sglang") -> dict:

@@ -74,22 +74,28 @@ enum class BuilderFamily : int32_t {
 ///  PleShortConv   PleShortConvAttentionMetadataBuilder   (LFM2's PLE variant)
 ///  Inkling    InklingSconvMetadataBuilder            (Inkling's short-conv streams)
 ///  SglangMamba2   SGLang's Mamba2AttnBackend             (SGLang: Nemotron-H, Falcon-H1, ...)
+///  SglangGdn      SGLang's GDNAttnBackend                (SGLang: Qwen3-Next, Qwen3.5, ...)
+///  SglangLightning  SGLang's LightningAttentionBackend   (SGLang: Bailing / Ling, MiniCPM)
+///  SglangKda      SGLang's KDAAttnBackend                (SGLang: Kimi Linear, GLM-5-Next)
 /// It generates BuilderKind, kNumBuilderKinds, the family predicates below,
 /// names::kBuilderKinds (the name case files, the bench and Python use), the
 /// <Enumerator>MetadataBuilder aliases (builder.hpp) and the kind table of the library
 /// (each kind's rules are the row k<Enumerator>Rules in its file under src/kinds/:
 /// docs/ARCHITECTURE.md, "Adding a builder kind").
-#define LINMETA_BUILDER_KINDS(X)             \
-  X(Gdn, "gdn", Gdn)                         \
-  X(Kda, "kda", Gdn)                         \
-  X(Mamba2, "mamba2", Mamba)                 \
-  X(Mamba1, "mamba1", Mamba)                 \
-  X(ShortConv, "short_conv", Mamba)          \
-  X(Linear, "linear", Linear)                \
-  X(BailingLinear, "bailing_linear", Linear) \
-  X(PleShortConv, "ple_short_conv", Mamba)   \
-  X(Inkling, "inkling", Attention)           \
-  X(SglangMamba2, "sglang_mamba2", Sglang)
+#define LINMETA_BUILDER_KINDS(X)                 \
+  X(Gdn, "gdn", Gdn)                             \
+  X(Kda, "kda", Gdn)                             \
+  X(Mamba2, "mamba2", Mamba)                     \
+  X(Mamba1, "mamba1", Mamba)                     \
+  X(ShortConv, "short_conv", Mamba)              \
+  X(Linear, "linear", Linear)                    \
+  X(BailingLinear, "bailing_linear", Linear)     \
+  X(PleShortConv, "ple_short_conv", Mamba)       \
+  X(Inkling, "inkling", Attention)               \
+  X(SglangMamba2, "sglang_mamba2", Sglang)       \
+  X(SglangGdn, "sglang_gdn", Sglang)             \
+  X(SglangLightning, "sglang_lightning", Sglang) \
+  X(SglangKda, "sglang_kda", Sglang)
 
 enum class BuilderKind : int32_t {
 #define LINMETA_KIND_ENUMERATOR(K, name, family) K,

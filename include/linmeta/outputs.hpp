@@ -63,9 +63,15 @@ inline constexpr uint32_t BL = 1U << static_cast<int>(BuilderKind::BailingLinear
 inline constexpr uint32_t PSC = 1U << static_cast<int>(BuilderKind::PleShortConv);
 inline constexpr uint32_t INK = 1U << static_cast<int>(BuilderKind::Inkling);
 inline constexpr uint32_t SM2 = 1U << static_cast<int>(BuilderKind::SglangMamba2);
-inline constexpr uint32_t SGL = SM2;                ///< the SGLang kinds (Metadata::sglang)
-inline constexpr uint32_t GK = G | K;               ///< GDN and KDA
-inline constexpr uint32_t GKP = GK | PSC;           ///< the speculative split's fields
+inline constexpr uint32_t SGD = 1U << static_cast<int>(BuilderKind::SglangGdn);
+inline constexpr uint32_t SLT = 1U << static_cast<int>(BuilderKind::SglangLightning);
+inline constexpr uint32_t SKD = 1U << static_cast<int>(BuilderKind::SglangKda);
+inline constexpr uint32_t SGL = SM2 | SGD | SLT | SKD;  ///< the SGLang kinds (Metadata::sglang)
+inline constexpr uint32_t SGK = SGD | SKD;              ///< SGLang's GDN and KDA
+inline constexpr uint32_t SMG = SM2 | SGK;              ///< SGLang's Mamba2, GDN and KDA
+inline constexpr uint32_t SML = SM2 | SLT;  ///< SGLang's own dataclasses (Mamba2, Lightning)
+inline constexpr uint32_t GK = G | K;       ///< GDN and KDA
+inline constexpr uint32_t GKP = GK | PSC;   ///< the speculative split's fields
 inline constexpr uint32_t MB = M2 | M1 | SC | PSC;  ///< the Mamba base builders
 inline constexpr uint32_t LA = L | BL;              ///< linear attention
 inline constexpr uint32_t LAP = LA | PSC;           ///< query_start_loc, state_indices_tensor
@@ -100,21 +106,25 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
 /// The SGLang kinds' rows (linmeta/sglang.hpp): SGLang's field names under "sglang.".
 #define LINMETA_SGLANG_ROWS(X)                                                                     \
   X(Sglang, "sglang", SGL, Int32, Vec, Batch, None, None, &m.sglang)                               \
-  X(SglMamba2Metadata, "sglang.mamba2_metadata", SGL, Bool, Vec, Batch, None, None,                \
-    LINMETA_SGL(mamba2_metadata))                                                                  \
+  X(SglKindMetadata, "sglang.kind_metadata", SML, Bool, Vec, Batch, None, None,                    \
+    LINMETA_SGL(kind_metadata))                                                                    \
   X(SglQueryStartLoc, "sglang.query_start_loc", SGL, Int32, Vec, Batch, RowsPlus1, None,           \
     LINMETA_SGL(query_start_loc))                                                                  \
   X(SglMambaCacheIndices, "sglang.mamba_cache_indices", SGL, Int32, Vec, Batch, Rows, None,        \
     LINMETA_SGL(mamba_cache_indices))                                                              \
   X(SglMambaTrackIndices, "sglang.mamba_track_indices", SGL, Int64, Vec, Batch, Input, None,       \
     LINMETA_SGL(mamba_track_indices))                                                              \
-  X(SglRetrieveNextToken, "sglang.retrieve_next_token", SGL, Int64, Vec, Batch, Input, None,       \
+  X(SglConvBlockTable, "sglang.conv_block_table", SGD, Int32, Pairs, Batch, Conv, None,            \
+    LINMETA_SGL(conv_block_table))                                                                 \
+  X(SglLogicalNumTokens, "sglang.logical_num_tokens", SGK, Int32, Vec, Batch, None, None,          \
+    LINMETA_SGL(logical_num_tokens))                                                               \
+  X(SglRetrieveNextToken, "sglang.retrieve_next_token", SMG, Int64, Vec, Batch, Input, None,       \
     LINMETA_SGL(retrieve_next_token))                                                              \
-  X(SglRetrieveNextSibling, "sglang.retrieve_next_sibling", SGL, Int64, Vec, Batch, Input, None,   \
+  X(SglRetrieveNextSibling, "sglang.retrieve_next_sibling", SMG, Int64, Vec, Batch, Input, None,   \
     LINMETA_SGL(retrieve_next_sibling))                                                            \
-  X(SglRetrieveParentToken, "sglang.retrieve_parent_token", SGL, Int64, Vec, Batch, Tokens, None,  \
+  X(SglRetrieveParentToken, "sglang.retrieve_parent_token", SMG, Int64, Vec, Batch, Tokens, None,  \
     LINMETA_SGL(retrieve_parent_token))                                                            \
-  X(SglTrackConvIndices, "sglang.track_conv_indices", SGL, Int64, Vec, Batch, RowsConv, None,      \
+  X(SglTrackConvIndices, "sglang.track_conv_indices", SMG, Int64, Vec, Batch, RowsConv, None,      \
     LINMETA_SGL(track_conv_indices))                                                               \
   X(SglTrackSsmHSrc, "sglang.track_ssm_h_src", SGL, Int64, Vec, Batch, Rows, None,                 \
     LINMETA_SGL(track_ssm_h_src))                                                                  \
@@ -124,6 +134,10 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
     LINMETA_SGL(track_ssm_final_src))                                                              \
   X(SglTrackSsmFinalDst, "sglang.track_ssm_final_dst", SGL, Int64, Vec, Batch, Rows, None,         \
     LINMETA_SGL(track_ssm_final_dst))                                                              \
+  X(SglTrackChunkIdx, "sglang.track_chunk_idx", SGK, Int32, Vec, Batch, Rows, None,                \
+    LINMETA_SGL(track_chunk_idx))                                                                  \
+  X(SglTrackSsmHBatchSrc, "sglang.track_ssm_h_batch_src", SGK, Int64, Vec, Batch, Rows, None,      \
+    LINMETA_SGL(track_ssm_h_batch_src))                                                            \
   X(SglTrackSsmSeqIdx, "sglang.track_ssm_seq_idx", SM2, Int64, Vec, Batch, Rows, None,             \
     LINMETA_SGL(track_ssm_seq_idx))                                                                \
   X(SglTrackSsmEndLocs, "sglang.track_ssm_end_locs", SM2, Int64, Vec, Batch, Rows, None,           \
@@ -136,16 +150,21 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
     LINMETA_SGL(draft_token_num))                                                                  \
   X(SglHasMambaTrackMask, "sglang.has_mamba_track_mask", SGL, Bool, Vec, Batch, None, None,        \
     LINMETA_SGL(has_mamba_track_mask))                                                             \
-  X(SglMambaTrackMaskIndices, "sglang.mamba_track_mask_indices", SGL, Int64, Vec, Batch, Rows,     \
+  X(SglMambaTrackMaskIndices, "sglang.mamba_track_mask_indices", SMG, Int64, Vec, Batch, Rows,     \
     None, LINMETA_SGL(mamba_track_mask_indices))                                                   \
-  X(SglConvStatesMaskIndices, "sglang.conv_states_mask_indices", SGL, Int64, Vec, Batch, Rows,     \
+  X(SglConvStatesMaskIndices, "sglang.conv_states_mask_indices", SMG, Int64, Vec, Batch, Rows,     \
     None, LINMETA_SGL(conv_states_mask_indices))                                                   \
-  X(SglNumPrefills, "sglang.num_prefills", SM2, Int32, Vec, Batch, None, None,                     \
+  X(SglNumPrefills, "sglang.num_prefills", SML, Int32, Vec, Batch, None, None,                     \
     LINMETA_SGL(num_prefills))                                                                     \
-  X(SglNumPrefillTokens, "sglang.num_prefill_tokens", SM2, Int32, Vec, Batch, None, None,          \
+  X(SglNumPrefillTokens, "sglang.num_prefill_tokens", SML, Int32, Vec, Batch, None, None,          \
     LINMETA_SGL(num_prefill_tokens))                                                               \
-  X(SglNumDecodes, "sglang.num_decodes", SM2, Int32, Vec, Batch, None, None,                       \
+  X(SglNumDecodes, "sglang.num_decodes", SML, Int32, Vec, Batch, None, None,                       \
     LINMETA_SGL(num_decodes))                                                                      \
+  X(SglBatchSize, "sglang.batch_size", SLT, Int32, Vec, Batch, None, None,                         \
+    LINMETA_SGL(batch_size))                                                                       \
+  X(SglHasInitialStatesLt, "sglang.has_initial_states", SLT, Int64, Vec, Batch, Rows, None,        \
+    LINMETA_SGL(has_initial_states))                                                               \
+  X(SglQLengths, "sglang.q_lengths", SLT, Int32, Vec, Batch, Rows, None, LINMETA_SGL(q_lengths))   \
   X(SglMixed, "sglang.mixed_metadata", SM2, Int32, Vec, Batch, None, None,                         \
     LINMETA_SGL(mixed_metadata))                                                                   \
   X(SglHasInitialStates, "sglang.mixed_metadata.has_initial_states", SM2, Bool, Vec, Batch, Rows,  \

@@ -64,6 +64,10 @@ struct SglangStep {
   int32_t cache_chunk_size = 0;  ///< mamba_cache_chunk_size(): the tracking grid G
   int32_t conv_window = 0;       ///< conv_states_shape[-1]: W in [1, kSglangMaxConvWindow]
   int32_t topk = 0;              ///< speculative_eagle_topk (0: off)
+  /// GDN: the backend builds its prefill conv block table (SGLang builds it under is_cuda()).
+  bool conv_block_table = false;
+  /// forward_batch.tbo_parent_token_range is set (a two-batch-overlap child).
+  bool tbo = false;
 
   // Speculative input (spec_info).
   bool has_spec_info = false;
@@ -112,12 +116,15 @@ struct SglangMixedMetadata {
 /// SGLang's ForwardMetadata and Mamba2Metadata fields (mamba2_metadata.py); those absent are
 /// None (or their dataclass default) in SGLang's object.
 struct SglangMetadata {
-  /// The object is a Mamba2Metadata (else a plain ForwardMetadata: Mamba2's CPU-graph
-  /// capture, which SGLang does not override).
-  bool mamba2_metadata = false;
+  /// The object is the kind's own dataclass, Mamba2Metadata or BailingLinearMetadata
+  /// (else a plain ForwardMetadata: GDN's, and the CPU-graph capture, which SGLang's
+  /// subclasses do not override).
+  bool kind_metadata = false;
   Array query_start_loc;      ///< int32
   Array mamba_cache_indices;  ///< int32 [bs]
   Array mamba_track_indices;  ///< int64 [bs]: the step's (eager) or the graph buffer
+  Array conv_block_table;     ///< GDN: int32 [blocks, 2] (sequence, 8-token block)
+  std::optional<int32_t> logical_num_tokens;  ///< GDN: an extend's token count
   Array retrieve_next_token;  ///< [rows, k]: int64 (eager: the step's), int32 (graph buffers)
   Array retrieve_next_sibling;
   Array retrieve_parent_token;    ///< eager: int64 [rows, k], contents undefined (the kernel's)
@@ -126,6 +133,8 @@ struct SglangMetadata {
   Array track_ssm_h_dst;          ///< int64
   Array track_ssm_final_src;      ///< int32
   Array track_ssm_final_dst;      ///< int64
+  Array track_chunk_idx;          ///< GDN: int32 [bs], the unaligned tracked rows' chunk, else -1
+  Array track_ssm_h_batch_src;    ///< GDN: int64, the unaligned tracked rows
   Array track_ssm_seq_idx;        ///< int64 (Mamba2)
   Array track_ssm_end_locs;       ///< int64 (Mamba2)
   Array track_ssm_recompute_dst;  ///< int64 (Mamba2)
@@ -137,7 +146,11 @@ struct SglangMetadata {
   int32_t num_prefills = 0;
   int32_t num_prefill_tokens = 0;
   int32_t num_decodes = 0;
-  std::optional<SglangMixedMetadata> mixed_metadata;
+  std::optional<SglangMixedMetadata> mixed_metadata;  ///< Mamba2
+  // Lightning (BailingLinearMetadata).
+  int32_t batch_size = 0;
+  Array has_initial_states;  ///< bool [bs] (extend), int64 ones [bs] (decode)
+  Array q_lengths;           ///< int32: query_start_loc.diff()
 
   bool operator==(const SglangMetadata&) const = default;
 };

@@ -103,6 +103,7 @@ void plan_track(const Config& c, BuilderKind kind, SglangPlan& g, const SglangSt
   const int64_t C = c.chunk_size, G = s.cache_chunk_size, W = s.conv_window;
   const int64_t last = static_cast<int64_t>(g.qsl[g.bs]) - 1;
   const bool grid = kind_rules(kind).sglang_flat_chunk_grid;
+  std::fill_n(g.chunk_idx.begin(), g.bs, -1);
   int32_t h_offset = 0;  // exclusive cumsum of ceil(extend_len / C) (per-sequence grids)
   for (int32_t r = 0; r < g.bs; ++r) {
     const int32_t ext = s.extend_seq_lens[r];
@@ -124,6 +125,8 @@ void plan_track(const Config& c, BuilderKind kind, SglangPlan& g, const SglangSt
       continue;
     }
     const int64_t chunk = len / C;
+    g.chunk_idx[r] = static_cast<int32_t>(chunk);
+    g.unaligned[g.n_unaligned++] = r;
     const int64_t end = g.qsl[r] + chunk * C;
     if (grid && end % C != 0) {
       g.re_rows[g.n_re] = r;
@@ -164,6 +167,7 @@ void plan_eager(Ctx& x, SglangPlan& g, const SglangStep& s) {
   if (!extend_meta)
     reject("sglang.extend_seq_lens (extend_seq_lens_cpu) is required on an extend step");
   extend_qsl(g, s);
+  g.logical_num_tokens = g.qsl[g.bs];
   if (g.has_track_mask) plan_track(x.c, x.kind, g, s);
 }
 
@@ -197,8 +201,6 @@ void plan_graph(SglangPlan& g, const SglangStep& s) {
   g.qsl_len = g.bs + 1;
   for (int32_t r = 0; r <= g.bs; ++r) g.qsl[r] = std::min(r, real) * k;
   if (s.entry == SglangEntry::CpuGraphCapture) return;
-  g.is_target_verify = verify;
-  g.draft_token_num = s.has_spec_info ? s.draft_token_num : 1;
   if (s.track_indices != nullptr) {
     if (b.track_indices == nullptr)
       reject("sglang.graph.track_indices (mamba_track_indices_buf) is null on a tracked batch");
@@ -229,12 +231,64 @@ void plan_sglang_common(Ctx& x) {
     g.track_indices = s.track_indices != nullptr;
     g.has_track_mask =
         s.track && std::find(s.track_mask.begin(), s.track_mask.end(), true) != s.track_mask.end();
-    g.is_target_verify = s.forward_mode == SglangMode::TargetVerify;
-    g.draft_token_num = s.has_spec_info ? s.draft_token_num : 1;
     plan_eager(x, g, s);
   } else {
     plan_graph(g, s);
   }
+}
+
+void sglang_check_config(const Config& c) {
+  if (c.chunk_size <= 0)
+    reject(
+        fmt::format("config.chunk_size = {} must be positive for SGLang's backends (the model's "
+                    "mamba_chunk_size)",
+                    c.chunk_size));
+  if (c.mamba_cache_mode != CacheMode::None || c.full_cuda_graph || c.num_spec != 0 ||
+      c.prefill_backend != PrefillBackend::Triton || c.prefill_checkpoint_alignment != 0 ||
+      !c.chunk_metadata)
+    reject(
+        "the SGLang builders have none of vLLM's options: leave mamba_cache_mode, "
+        "full_cuda_graph, num_spec, prefill_backend, prefill_checkpoint_alignment and "
+        "chunk_metadata at their defaults (SGLang's engine constants are SglangStep fields; "
+        "the profile is not read)");
+}
+
+void sglang_largest(StepPlan& p) {
+  SglangPlan& g = p.sgl;
+  const auto R = static_cast<int32_t>(g.tracked.size());
+  g.bs = R;
+  g.qsl_len = R + 1;
+  g.track_indices = g.retrieve_next_token = g.retrieve_next_sibling = true;
+  g.retrieve_parent_token = g.track_extend = g.mask_indices = g.mixed = true;
+  g.n_tracked = g.n_final = g.n_h = g.n_re = g.n_unaligned = R;
+  g.prep_initial_states = g.conv_table = true;
+  g.n_chunks = static_cast<int32_t>(g.chunk_indices.size());
+}
+
+void plan_tracked_rows(SglangPlan& g, const SglangStep& s) {
+  if (g.track_extend) return;
+  g.n_tracked = 0;
+  for (int32_t r = 0; r < g.bs; ++r)
+    if (s.track_mask[static_cast<size_t>(r)]) g.tracked[g.n_tracked++] = r;
+}
+
+void plan_track_mask_indices(SglangPlan& g, const SglangStep& s) {
+  if (!g.has_track_mask) return;
+  if (s.track_indices == nullptr) reject("sglang.track_indices (device) is null");
+  g.mask_indices = true;
+  plan_tracked_rows(g, s);
+}
+
+void pack_track_mask_indices(Packer& k) {
+  const SglangPlan& g = k.p.sgl;
+  const int32_t rows = k.put(g.tracked.data(), g.n_tracked);
+  k.emit(Out::SglMambaTrackMaskIndices, false, g.n_tracked,
+         CopyValues{.src = rows, .n_real = g.n_tracked, .add = 0}, DType::Int64);
+  k.emit(Out::SglConvStatesMaskIndices, false, g.n_tracked,
+         SglangCopy{.refs = k.sglang_refs_at,
+                    .rows = rows,
+                    .src = static_cast<int32_t>(SglangSource::TrackIndices)},
+         DType::Int64);
 }
 
 void pack_sglang_common(Packer& k) {
@@ -244,10 +298,15 @@ void pack_sglang_common(Packer& k) {
   if (s == nullptr) s = &kNone;  // count mode
   const SglangGraphBuffers& b = s->graph;
   k.set(Out::Sglang);
-  k.set(Out::SglMamba2Metadata, g.plain ? 0 : 1);
+  k.set(Out::SglKindMetadata, g.plain ? 0 : 1);
   k.set(Out::SglIsTargetVerify, g.is_target_verify ? 1 : 0);
   k.set(Out::SglDraftTokenNum, g.draft_token_num);
   k.set(Out::SglHasMambaTrackMask, g.has_track_mask ? 1 : 0);
+  if (!g.plain) {  // the counts of the kinds with a dataclass of their own (rows SML)
+    k.set(Out::SglNumPrefills, g.num_prefills);
+    k.set(Out::SglNumPrefillTokens, g.num_prefill_tokens);
+    k.set(Out::SglNumDecodes, g.num_decodes);
+  }
   // The step's device arrays, for the jobs.
   k.align_even();
   const int32_t refs = k.reserve(kSglangRefsWords, [&](int32_t* dst) {
@@ -300,6 +359,9 @@ void pack_sglang_common(Packer& k) {
   if (g.qsl_len > 0)
     k.emit(Out::SglQueryStartLoc, false, g.qsl_len,
            CopyValues{.src = qsl, .n_real = g.qsl_len, .add = 0});
+  const auto has = [&](Out o) { return output_spec(o).has(k.kind); };
+  if (g.logical_num_tokens >= 0 && has(Out::SglLogicalNumTokens))
+    k.set(Out::SglLogicalNumTokens, g.logical_num_tokens);
   if (g.track_indices) k.external(Out::SglMambaTrackIndices, s->track_indices, bs, DType::Int64);
   const int32_t rrows = s->retrieve_rows;
   if (g.retrieve_next_token)
@@ -315,18 +377,28 @@ void pack_sglang_common(Packer& k) {
   if (!g.track_extend && !k.counting()) return;
   const int32_t W = k.counting() ? kSglangMaxConvWindow : s->conv_window;
   auto rows_of = [&](std::span<const int32_t> rows, int32_t n) { return k.put(rows.data(), n); };
-  const int32_t conv = k.put(g.conv.data(), g.n_tracked * W);
-  FieldView& cv =
-      k.emit(Out::SglTrackConvIndices, false, g.n_tracked * W,
-             CopyValues{.src = conv, .n_real = g.n_tracked * W, .add = 0}, DType::Int64);
-  cv.rows = g.n_tracked;
-  cv.cols = W;
+  if (has(Out::SglTrackConvIndices)) {
+    const int32_t conv = k.put(g.conv.data(), g.n_tracked * W);
+    FieldView& cv =
+        k.emit(Out::SglTrackConvIndices, false, g.n_tracked * W,
+               CopyValues{.src = conv, .n_real = g.n_tracked * W, .add = 0}, DType::Int64);
+    cv.rows = g.n_tracked;
+    cv.cols = W;
+  }
   const auto track_src = static_cast<int32_t>(SglangSource::TrackIndices);
   const int32_t fin = rows_of(g.final_rows, g.n_final);
   k.emit(Out::SglTrackSsmFinalSrc, false, g.n_final,
          SglangSlots{.refs = refs, .rows = fin, .n_real = g.n_final});
   k.emit(Out::SglTrackSsmFinalDst, false, g.n_final,
          SglangCopy{.refs = refs, .rows = fin, .src = track_src}, DType::Int64);
+  if (has(Out::SglTrackChunkIdx)) {
+    k.emit(Out::SglTrackChunkIdx, false, bs,
+           CopyValues{.src = k.put(g.chunk_idx.data(), bs), .n_real = bs, .add = 0});
+    k.emit(
+        Out::SglTrackSsmHBatchSrc, false, g.n_unaligned,
+        CopyValues{.src = rows_of(g.unaligned, g.n_unaligned), .n_real = g.n_unaligned, .add = 0},
+        DType::Int64);
+  }
   const int32_t h = rows_of(g.h_rows, g.n_h);
   k.emit(Out::SglTrackSsmHSrc, false, g.n_h,
          CopyValues{.src = rows_of(g.h_src, g.n_h), .n_real = g.n_h, .add = 0}, DType::Int64);

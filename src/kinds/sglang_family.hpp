@@ -16,12 +16,33 @@ namespace linmeta::detail {
 /// Validates the step (throws linmeta::Error naming the field) and plans the common part:
 /// query_start_loc, the slots, tracking, verify's retrieve arrays.
 void plan_sglang_common(Ctx& x);
-/// Packs the common part's fields (the composite Metadata::sglang and its arrays).
+/// Packs the common part's fields (the composite Metadata::sglang and its arrays; those only
+/// some kinds keep, where the kind's output rows have them).
 void pack_sglang_common(Packer& k);
 
-/// The row every SGLang kind starts from: a step of its own, no vLLM profile.
+/// The tracked rows (the host mask's) into p.sgl.tracked, when tracking planned none.
+void plan_tracked_rows(SglangPlan& g, const SglangStep& s);
+/// GDN's and KDA's rule: on a step with a tracked row, the tracked rows and their
+/// destinations (the common part's host rows, else SGLang's mask.nonzero(): the same rows).
+void plan_track_mask_indices(SglangPlan& g, const SglangStep& s);
+/// mamba_track_mask_indices (the tracked rows) and conv_states_mask_indices (their
+/// destinations, gathered from the step's mamba_track_indices).
+void pack_track_mask_indices(Packer& k);
+
+/// Every SGLang array at its capacity (count mode).
+void sglang_largest(StepPlan& p);
+/// The SGLang kinds' configuration: chunk_size (the model's mamba_chunk_size) and the
+/// capacities; none of vLLM's options.
+void sglang_check_config(const Config& c);
+
+/// The row every SGLang kind starts from: a step of its own, chunk_size, no vLLM profile.
 [[nodiscard]] constexpr KindRules sglang_family_row(BuilderKind kind) {
-  return KindRules{.kind = kind, .seed_profile = true, .own_step = true};
+  return KindRules{.kind = kind,
+                   .seed_profile = true,
+                   .ssd_chunks = true,
+                   .check_config = sglang_check_config,
+                   .own_step = true,
+                   .largest = sglang_largest};
 }
 
 /// Python's floor division (SGLang's `//` on integers).

@@ -19,22 +19,6 @@ namespace linmeta::detail {
 
 namespace {
 
-void check_config(const Config& c) {
-  if (c.chunk_size <= 0)
-    reject(
-        fmt::format("config.chunk_size = {} must be positive for SGLang's Mamba2 (the model's "
-                    "mamba_chunk_size)",
-                    c.chunk_size));
-  if (c.mamba_cache_mode != CacheMode::None || c.full_cuda_graph || c.num_spec != 0 ||
-      c.prefill_backend != PrefillBackend::Triton || c.prefill_checkpoint_alignment != 0 ||
-      !c.chunk_metadata)
-    reject(
-        "the sglang_mamba2 builder has none of vLLM's options: leave mamba_cache_mode, "
-        "full_cuda_graph, num_spec, prefill_backend, prefill_checkpoint_alignment and "
-        "chunk_metadata at their defaults (SGLang's engine constants are SglangStep fields; "
-        "the profile is not read)");
-}
-
 /// Mamba2Metadata._query_start_loc_to_chunk_indices_offsets over qsl[0..n] (n sequences,
 /// `total` tokens), its Python loop's semantics: slices clamp, an index past the end raises.
 void plan_logical_chunks(SglangPlan& g, int32_t n, int64_t C, int32_t total) {
@@ -94,11 +78,7 @@ void plan_mixed(Ctx& x, SglangPlan& g, const SglangStep& s) {
   if (g.has_track_mask) {
     if (s.track_indices == nullptr) reject("sglang.track_indices (device) is null");
     g.mask_indices = true;
-    if (!g.track_extend) {  // the tracked rows (prepare_mixed's mask.nonzero())
-      g.n_tracked = 0;
-      for (int32_t r = 0; r < n; ++r)
-        if (s.track_mask[r]) g.tracked[g.n_tracked++] = r;
-    }
+    plan_tracked_rows(g, s);  // prepare_mixed's mask.nonzero()
   }
 }
 
@@ -107,6 +87,8 @@ void plan(Ctx& x) {
   SglangPlan& g = x.p.sgl;
   if (g.plain) return;
   const SglangStep& s = *g.step;
+  g.is_target_verify = s.forward_mode == SglangMode::TargetVerify;
+  g.draft_token_num = s.has_spec_info ? s.draft_token_num : 1;
   if (g.graph || s.extend_num_tokens < 0 || s.logical_mode == SglangMode::Decode) {
     g.decode_counts = true;  // prepare_decode
     g.num_decodes = g.bs;
@@ -121,19 +103,7 @@ void pack_fields(Packer& k) {
   pack_sglang_common(k);
   const SglangPlan& g = k.p.sgl;
   if (g.plain && !k.counting()) return;
-  k.set(Out::SglNumPrefills, g.num_prefills);
-  k.set(Out::SglNumPrefillTokens, g.num_prefill_tokens);
-  k.set(Out::SglNumDecodes, g.num_decodes);
-  if (g.mask_indices || k.counting()) {
-    const int32_t rows = k.put(g.tracked.data(), g.n_tracked);
-    k.emit(Out::SglMambaTrackMaskIndices, false, g.n_tracked,
-           CopyValues{.src = rows, .n_real = g.n_tracked, .add = 0}, DType::Int64);
-    k.emit(Out::SglConvStatesMaskIndices, false, g.n_tracked,
-           SglangCopy{.refs = k.sglang_refs_at,
-                      .rows = rows,
-                      .src = static_cast<int32_t>(SglangSource::TrackIndices)},
-           DType::Int64);
-  }
+  if (g.mask_indices || k.counting()) pack_track_mask_indices(k);
   if (!g.mixed && !k.counting()) return;
   const int32_t n = g.bs;
   k.set(Out::SglMixed);
@@ -155,29 +125,13 @@ void pack_fields(Packer& k) {
   }
 }
 
-/// Every array at its capacity (count mode).
-void largest(StepPlan& p) {
-  SglangPlan& g = p.sgl;
-  const auto R = static_cast<int32_t>(g.tracked.size());
-  g.bs = R;
-  g.qsl_len = R + 1;
-  g.track_indices = g.retrieve_next_token = g.retrieve_next_sibling = true;
-  g.retrieve_parent_token = g.track_extend = g.mask_indices = g.mixed = true;
-  g.n_tracked = g.n_final = g.n_h = g.n_re = R;
-  g.prep_initial_states = true;
-  g.n_chunks = static_cast<int32_t>(g.chunk_indices.size());
-}
-
 }  // namespace
 
 extern constinit const KindRules kSglangMamba2Rules = [] {
   KindRules r = sglang_family_row(BuilderKind::SglangMamba2);
-  r.ssd_chunks = true;
-  r.check_config = check_config;
   r.plan = plan;
   r.pack_gathers = pack_gathers;
   r.pack_fields = pack_fields;
-  r.largest = largest;
   r.sglang_flat_chunk_grid = true;
   return r;
 }();

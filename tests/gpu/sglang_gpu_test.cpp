@@ -276,7 +276,7 @@ TEST_P(SglangRandomGpu, CudaTargetMatchesHostTarget) {
   int done = 0, engines = 0, failures = 0, errors = 0;
   const auto t0 = std::chrono::steady_clock::now();
   while (done < total && failures < 5) {
-    const test::SglangRandomEngine e = test::random_sglang_engine(rng);
+    const test::SglangRandomEngine e = test::for_kind(test::random_sglang_engine(rng), kind);
     BuilderOptions co = cuda_options();
     co.programmatic_dependent_launch = coin(rng);
     ++seen[co.programmatic_dependent_launch ? "pdl=on" : "pdl=off"];
@@ -335,7 +335,7 @@ TEST_P(SglangCaptureGpu, ReplayingACapturedBuildGivesItsResults) {
   std::mt19937 rng = seeded(0x56c0u);
   int overwritten = 0;  // second-pass replays whose results were not there before the launch
   for (int round = 0; round < 8; ++round) {
-    const test::SglangRandomEngine e = test::random_sglang_engine(rng);
+    const test::SglangRandomEngine e = test::for_kind(test::random_sglang_engine(rng), kind);
     MetadataBuilder host(kind, e.config);
     MetadataBuilder cuda(kind, e.config, cuda_options());
     // Six captured builds (within the builder's capture slots), then eager builds that
@@ -505,7 +505,7 @@ TEST_P(SglangErrorsGpu, RejectedStepsLeaveTheMetadataAndTheBuffersUntouched) {
   std::vector<int> rejected(kMutations, 0);
   const int rounds = std::max(20, env_int("LINMETA_RANDOM_STEPS", 2000) / 10);
   for (int round = 0; round < rounds; round += 25) {
-    const test::SglangRandomEngine e = test::random_sglang_engine(rng);
+    const test::SglangRandomEngine e = test::for_kind(test::random_sglang_engine(rng), kind);
     MetadataBuilder host(kind, e.config);
     MetadataBuilder cuda(kind, e.config, cuda_options());
     for (int i = 0; i < 25; ++i) {
@@ -557,7 +557,7 @@ TEST_P(SglangSteadyStateGpu, BuildsReturnWhileTheStreamIsBusy) {
   constexpr int kSlots = 8;
   constexpr long long kSpinNs = 2'000'000'000;
   std::mt19937 rng = seeded(0x56b0u);
-  const test::SglangRandomEngine e = test::random_sglang_engine(rng);
+  const test::SglangRandomEngine e = test::for_kind(test::random_sglang_engine(rng), kind);
   std::vector<std::unique_ptr<Sample>> steps;
   for (int i = 0; i < 3 * kSlots - 1; ++i) steps.push_back(sample(rng, e));
   BuilderOptions co = cuda_options();
@@ -604,7 +604,7 @@ TEST_P(SglangSteadyStateGpu, ThousandBuildsAllocateNothing) {
   constexpr int kDistinct = 40;
   constexpr int kBuilds = 1000;
   std::mt19937 rng = seeded(0x56d0u);
-  const test::SglangRandomEngine e = test::random_sglang_engine(rng);
+  const test::SglangRandomEngine e = test::for_kind(test::random_sglang_engine(rng), kind);
   std::vector<std::unique_ptr<Sample>> steps;
   for (int i = 0; i < kDistinct; ++i) steps.push_back(sample(rng, e));
   MetadataBuilder cuda(kind, e.config, cuda_options());

@@ -306,18 +306,22 @@ TEST(NoAlloc, FixedConfigsManyGroups) {
 }
 
 /// The SGLang kind (linmeta/sglang.hpp): every entry point, tracking and tree verify included.
-TEST(NoAlloc, SglangMamba2EveryEntry) {
+TEST(NoAlloc, SglangEveryKindAndEntry) {
   Config c;
   c.max_num_seqs = 64;
   c.max_num_batched_tokens = 4096;
   c.chunk_size = 8;
   SglangMamba2MetadataBuilder b(c);
+  SglangGdnMetadataBuilder gdn(c);
+  SglangLightningMetadataBuilder lightning(c);
+  SglangKdaMetadataBuilder kda(c);
   std::vector<std::unique_ptr<test::SglStep>> steps;
   const auto add = [&]() -> test::SglStep& { return *steps.emplace_back(new test::SglStep); };
   add().rows(40);  // decode
   test::SglStep& mixed = add();
   mixed.extend({{0, 300}, {1024, 70}, {5, 33}, {90, 1}, {91, 1}}, SglangMode::Mixed);
   mixed.track();
+  mixed.s.conv_block_table = true;
   test::SglStep& verify = add();
   verify.rows(6);
   verify.s.forward_mode = verify.s.logical_mode = SglangMode::TargetVerify;
@@ -339,11 +343,21 @@ TEST(NoAlloc, SglangMamba2EveryEntry) {
     g.s.track_indices = entry == SglangEntry::CpuGraphCapture ? nullptr : g.track_indices.data();
     g.graph(entry);
   }
-  for (const auto& st : steps) b.build(st->step);
+  const auto lightning_takes = [](const test::SglStep& st) { return st.s.topk <= 1; };
+  for (const auto& st : steps) {
+    b.build(st->step);
+    gdn.build(st->step);
+    kda.build(st->step);
+    if (lightning_takes(*st)) lightning.build(st->step);
+  }
   int64_t checksum = 0;
   CountAllocations count;
   for (int round = 0; round < 3; ++round)
-    for (const auto& st : steps) checksum += b.build(st->step).sglang->num_decodes;
+    for (const auto& st : steps) {
+      checksum += b.build(st->step).sglang->num_decodes + gdn.build(st->step).sglang->num_decodes;
+      checksum += kda.build(st->step).sglang->draft_token_num;
+      if (lightning_takes(*st)) checksum += lightning.build(st->step).sglang->batch_size;
+    }
   count.stop();
   EXPECT_EQ(CountAllocations::allocs(), 0);
   EXPECT_EQ(CountAllocations::frees(), 0);
@@ -357,7 +371,7 @@ TEST(NoAlloc, SglangRandomStepsEveryKind) {
     const uint32_t seed = testing::test_seed(0x5a11u + static_cast<uint32_t>(kind));
     SCOPED_TRACE(std::string(names::builder_kind_name(kind)) + ": " + testing::seed_note(seed));
     std::mt19937 rng(seed);
-    const test::SglangRandomEngine e = test::random_sglang_engine(rng);
+    const test::SglangRandomEngine e = test::for_kind(test::random_sglang_engine(rng), kind);
     MetadataBuilder b(kind, e.config);
     std::vector<std::unique_ptr<test::SglStep>> steps;
     for (int i = 0; i < 80; ++i)

@@ -17,6 +17,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -44,7 +45,19 @@ struct SglangRandomEngine {
   int32_t cache_chunk_size;  ///< G: mamba_cache_chunk_size(), a multiple of C
   int32_t conv_window;       ///< W
   int32_t graph_max_bs;      ///< mamba_track_indices_buf's length
+  /// Tree drafts (speculative_eagle_topk > 1) exist: SGLang's Lightning backend refuses them
+  /// at construction, so its engines never verify a tree.
+  bool tree_drafts = true;
+  /// A draft extend without extend metadata is built (SGLang's Lightning fails on one: its
+  /// prepare_decode reads the query_start_loc that is None there).
+  bool draft_extend_none = true;
 };
+
+/// `e` as an engine of `kind` can be (for_kind(random_sglang_engine(rng), kind)).
+inline SglangRandomEngine for_kind(SglangRandomEngine e, BuilderKind kind) {
+  e.tree_drafts = e.draft_extend_none = kind != BuilderKind::SglangLightning;
+  return e;
+}
 
 inline SglangRandomEngine random_sglang_engine(std::mt19937& rng, int32_t max_rows = 256) {
   using testing::coin;
@@ -149,6 +162,8 @@ inline std::vector<std::string> random_sglang_step(std::mt19937& rng, const Sgla
            : m < 84               ? "verify_chain"
                                   : "verify_tree";
   }
+  if (mode == "verify_tree" && !e.tree_drafts) mode = "verify_chain";
+  if (mode == "draft_extend_none" && !e.draft_extend_none) mode = "draft_extend";
   const bool verify = mode.starts_with("verify");
   const bool spec = verify || mode.starts_with("draft_extend");
   const int32_t k = spec ? uniform(rng, 1, 8) : 1;
@@ -318,10 +333,13 @@ inline std::vector<std::string> random_sglang_step(std::mt19937& rng, const Sgla
 }
 
 /// The labels every long enough run of random_sglang_step must produce.
-inline std::vector<std::string> sglang_required_labels() {
+inline std::vector<std::string> sglang_required_labels(bool tree_drafts = true,
+                                                       bool draft_extend_none = true) {
   std::vector<std::string> out;
   const auto add = [&](const char* entry, const char* mode) {
-    out.emplace_back(entry).append("/").append(mode);
+    const std::string_view m(mode);
+    if ((tree_drafts || m != "verify_tree") && (draft_extend_none || m != "draft_extend_none"))
+      out.emplace_back(entry).append("/").append(mode);
   };
   for (const char* m : {"decode", "idle", "extend", "mixed", "dp_decode", "draft_extend",
                         "draft_extend_none", "verify_chain", "verify_tree"})

@@ -26,7 +26,7 @@ TEST(SglangRandom, EveryRandomStepBuildsAndTheRunCoversEveryShape) {
     std::map<std::string, int> seen;
     int failures = 0;
     for (int engine = 0; engine < 12 && failures < 5; ++engine) {
-      const test::SglangRandomEngine e = test::random_sglang_engine(rng);
+      const test::SglangRandomEngine e = test::for_kind(test::random_sglang_engine(rng), kind);
       MetadataBuilder b(kind, e.config);
       test::SglStep st;
       for (int i = 0; i < 250 && failures < 5; ++i) {
@@ -45,7 +45,8 @@ TEST(SglangRandom, EveryRandomStepBuildsAndTheRunCoversEveryShape) {
         }
       }
     }
-    for (const auto& label : test::sglang_required_labels())
+    const bool lt = kind == BuilderKind::SglangLightning;
+    for (const auto& label : test::sglang_required_labels(!lt, !lt))
       EXPECT_TRUE(seen.contains(label)) << "not exercised: " << label;
   }
 }

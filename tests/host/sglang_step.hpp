@@ -2,6 +2,8 @@
 // (host vectors: the host target's "device" memory too) and a few steps of every entry.
 #pragma once
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <numeric>
@@ -55,7 +57,8 @@ struct SglStep {
     }
     s.extend_seq_lens = ext;
     s.extend_prefix_lens = prefix;
-    s.extend_num_tokens = std::accumulate(ext.begin(), ext.end(), 0);
+    const int64_t total = std::accumulate(ext.begin(), ext.end(), int64_t{0});
+    s.extend_num_tokens = static_cast<int32_t>(std::min<int64_t>(total, INT32_MAX));
     s.num_tokens = s.extend_num_tokens;
   }
   /// Tracking of every row whose extend reaches the grid G (host lists).
@@ -69,7 +72,7 @@ struct SglStep {
       mask[r] = on;
       if (on) {
         track_indices[r] = 200 + static_cast<int64_t>(r);
-        track_seqlens[r] = prefix[r] + ext[r] - static_cast<int32_t>(r % 3);
+        track_seqlens[r] = int64_t{prefix[r]} + ext[r] - static_cast<int64_t>(r % 3);
       }
     }
     s.track = true;

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
+#include "common/test_seed.hpp"
 #include "linmeta/builder.hpp"
 #include "linmeta/error.hpp"
 #include "rejection.hpp"
@@ -112,6 +114,96 @@ TEST(Sglang, TrackingSourcesOnTheFlatChunkGrid) {
   EXPECT_EQ(g.track_conv_indices.cols, 3);
 }
 
+TEST(Sglang, GdnTracksOnPerSequenceGridsAndKeepsWhatMamba2Drops) {
+  SglangGdnMetadataBuilder b(config(8));
+  SglStep st;
+  st.extend({{0, 40}, {16, 4}, {5, 35}}, SglangMode::Extend);
+  st.track();  // lens 40 (aligned), -, 33 (chunk 4 of row 2)
+  const Metadata& m = b.build(st.step);
+  const SglangMetadata& g = *m.sglang;
+  EXPECT_FALSE(g.kind_metadata);
+  EXPECT_FALSE(g.mixed_metadata);
+  EXPECT_EQ(g.logical_num_tokens, 79);
+  EXPECT_EQ(values(g.track_chunk_idx), (std::vector<int64_t>{-1, -1, 4}));
+  EXPECT_EQ(values(g.track_ssm_h_batch_src), (std::vector<int64_t>{2}));
+  // h offsets: ceil(40 / 8) + ceil(4 / 8) = 6 chunk states before row 2; its 4th: 10.
+  EXPECT_EQ(values(g.track_ssm_h_src), (std::vector<int64_t>{10}));
+  EXPECT_EQ(values(g.track_ssm_h_dst), (std::vector<int64_t>{202}));
+  EXPECT_FALSE(g.track_ssm_seq_idx);
+  EXPECT_EQ(values(g.mamba_track_mask_indices), (std::vector<int64_t>{0, 2}));
+  EXPECT_FALSE(g.conv_block_table);  // the backend builds none unless it says so
+}
+
+TEST(Sglang, GdnConvBlockTableOfARaggedExtend) {
+  SglangGdnMetadataBuilder b(config());
+  SglStep st;
+  // Blocks of 8 tokens 3, 1, 1, 1, 1, 1: 6 rows * 3 = 18 <= 4 * 8 = 32, no table.
+  st.extend({{0, 20}, {0, 1}, {0, 1}, {0, 1}, {0, 1}, {0, 1}}, SglangMode::Mixed);
+  st.s.conv_block_table = true;
+  EXPECT_FALSE(b.build(st.step).sglang->conv_block_table);
+  // 40 blocks in one row and one each in nine: 10 * 40 = 400 > 4 * 49: the table.
+  SglStep ragged;
+  std::vector<std::pair<int32_t, int32_t>> rows{{0, 320}};
+  for (int i = 0; i < 9; ++i) rows.emplace_back(100, 1);
+  ragged.extend(rows, SglangMode::Mixed);
+  ragged.s.conv_block_table = true;
+  const Array& t = b.build(ragged.step).sglang->conv_block_table;
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t.rows, 49);
+  EXPECT_EQ(t.cols, 2);
+  const std::vector<int64_t> v = values(t);
+  EXPECT_EQ((std::vector<int64_t>{v[0], v[1], v[78], v[79], v[80], v[81], v[96], v[97]}),
+            (std::vector<int64_t>{0, 0, 0, 39, 1, 0, 9, 0}));
+}
+
+TEST(Sglang, LightningCountsEveryRowAPrefillAndDecodesHaveInitialStates) {
+  SglangLightningMetadataBuilder b(config(8));
+  SglStep st;
+  st.extend({{0, 40}, {16, 4}, {5, 35}}, SglangMode::Mixed);
+  st.track();
+  const Metadata& m = b.build(st.step);
+  const SglangMetadata& g = *m.sglang;
+  EXPECT_TRUE(g.kind_metadata);  // BailingLinearMetadata
+  EXPECT_EQ(g.num_prefills, 3);
+  EXPECT_EQ(g.num_prefill_tokens, 79);
+  EXPECT_EQ(g.batch_size, 3);
+  EXPECT_EQ(g.has_initial_states.dtype, DType::Bool);
+  EXPECT_EQ(values(g.has_initial_states), (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_EQ(values(g.q_lengths), (std::vector<int64_t>{40, 4, 35}));
+  EXPECT_EQ(values(g.track_ssm_h_src), (std::vector<int64_t>{10}));  // per-sequence grids
+  EXPECT_FALSE(g.track_conv_indices);  // not carried into BailingLinearMetadata
+  EXPECT_FALSE(g.mamba_track_mask_indices);
+  SglStep dec;
+  dec.rows(3);
+  const Metadata& d = b.build(dec.step);
+  EXPECT_EQ(d.sglang->has_initial_states.dtype, DType::Int64);  // ones_like(seq_lens)
+  EXPECT_EQ(values(d.sglang->has_initial_states), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(d.sglang->num_decodes, 3);
+  SglStep tree;
+  tree.rows(2);
+  tree.s.topk = 2;
+  testing::expect_error([&] { b.build(tree.step); }, {"topk > 1"});
+}
+
+TEST(Sglang, KdaIsGdnWithoutTheConvBlockTable) {
+  SglStep st;
+  std::vector<std::pair<int32_t, int32_t>> rows{{0, 320}};
+  for (int i = 0; i < 9; ++i) rows.emplace_back(100, 1);
+  st.extend(rows, SglangMode::Mixed);
+  st.s.conv_block_table = true;
+  st.track();
+  SglangKdaMetadataBuilder kda(config(8));
+  SglangGdnMetadataBuilder gdn(config(8));
+  const Metadata k = kda.build(st.step);
+  const Metadata g = gdn.build(st.step);
+  EXPECT_FALSE(k.sglang->conv_block_table);
+  EXPECT_TRUE(g.sglang->conv_block_table);
+  EXPECT_EQ(values(k.sglang->mamba_track_mask_indices), (std::vector<int64_t>{0}));
+  EXPECT_EQ(values(k.sglang->track_ssm_h_src), values(g.sglang->track_ssm_h_src));
+  EXPECT_EQ(values(k.sglang->track_chunk_idx), values(g.sglang->track_chunk_idx));
+  EXPECT_EQ(k.sglang->logical_num_tokens, 329);
+}
+
 TEST(Sglang, RejectedStepsLeaveTheLastMetadata) {
   SglangMamba2MetadataBuilder b(config());
   SglStep good;
@@ -170,6 +262,77 @@ TEST(Sglang, RejectedStepsLeaveTheLastMetadata) {
         st.s.graph.query_start_loc = nullptr;
       },
       {"graph entry writes"});
+}
+
+/// Random steps, many of them outside the contract (lengths, modes, padding, tracking
+/// values, request rows, graph buffers): every kind answers with metadata or a
+/// linmeta::Error, nothing else (the sanitizer builds check the memory accesses).
+TEST(Sglang, HostileStepsGetMetadataOrAnError) {
+  const uint32_t seed = testing::test_seed(42);
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937 rng(seed);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  auto wild = [&](int64_t usual_hi) -> int64_t {
+    switch (pick(0, 9)) {
+      case 0:
+        return -pick(1, 5);
+      case 1:
+        return pick(1 << 20, INT32_MAX);
+      default:
+        return pick(0, usual_hi);
+    }
+  };
+  SglangMamba2MetadataBuilder m2(config(8));
+  SglangGdnMetadataBuilder gdn(config(8));
+  SglangKdaMetadataBuilder kda(config(8));
+  SglangLightningMetadataBuilder lt(config(8));
+  int built = 0, rejected = 0;
+  for (int i = 0; i < 3000; ++i) {
+    SglStep st;
+    const auto bs = static_cast<int32_t>(pick(1, 12));
+    std::vector<std::pair<int32_t, int32_t>> rows;
+    for (int32_t r = 0; r < bs; ++r)
+      rows.emplace_back(static_cast<int32_t>(wild(300)), static_cast<int32_t>(wild(90)));
+    st.extend(rows, static_cast<SglangMode>(pick(0, 6)));
+    st.s.logical_mode = static_cast<SglangMode>(pick(0, 6));
+    if (pick(0, 3) == 0) st.s.extend_seq_lens = {};
+    if (pick(0, 3) == 0) st.s.extend_num_tokens = static_cast<int32_t>(wild(500));
+    st.s.num_tokens = static_cast<int32_t>(wild(600));
+    st.s.has_spec_info = pick(0, 1) == 1;
+    st.s.draft_token_num = static_cast<int32_t>(wild(5));
+    st.s.topk = static_cast<int32_t>(pick(0, 2));
+    st.s.conv_block_table = pick(0, 1) == 1;
+    for (auto& r : st.rpi) r = wild(80);
+    if (pick(0, 2) == 0) {
+      st.track();
+      for (auto& v : st.track_seqlens) v = wild(400);
+    }
+    if (pick(0, 2) == 0) {
+      st.rnt.assign(static_cast<size_t>(bs) * 8, 1);
+      st.rns.assign(static_cast<size_t>(bs) * 8, 2);
+      st.s.retrieve_next_token = st.rnt.data();
+      st.s.retrieve_next_sibling = st.rns.data();
+      st.s.retrieve_rows = static_cast<int32_t>(wild(bs));
+      st.s.draft_token_num = std::clamp(st.s.draft_token_num, 1, 8);
+    }
+    if (pick(0, 1) == 0) {
+      st.graph(static_cast<SglangEntry>(pick(1, 3)), std::clamp(st.s.draft_token_num, 1, 8));
+      st.s.num_padding = static_cast<int32_t>(pick(0, 2) == 0 ? wild(20) : -1);
+    }
+    if (pick(0, 4) == 0) st.s.batch_size = static_cast<int32_t>(wild(40));  // not the arrays'
+    for (MetadataBuilder* b : std::initializer_list<MetadataBuilder*>{&m2, &gdn, &kda, &lt}) {
+      try {
+        b->build(st.step);
+        ++built;
+      } catch (const Error&) {
+        ++rejected;
+      }
+    }
+  }
+  EXPECT_GT(built, 300);
+  EXPECT_GT(rejected, 500);
 }
 
 TEST(Sglang, TheKindTakesNoneOfVllmsOptions) {

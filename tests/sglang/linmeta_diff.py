@@ -20,9 +20,17 @@ import sglang_cases
 import sglang_steps
 
 import linmeta.sglang
+from linmeta.sglang import gdn as lm_gdn
+from linmeta.sglang import kda as lm_kda
+from linmeta.sglang import lightning as lm_lightning
 from linmeta.sglang import mamba2 as lm_mamba2
 
-LINMETA = {"mamba2": lm_mamba2.LinmetaMamba2AttnBackend}
+LINMETA = {
+    "mamba2": lm_mamba2.LinmetaMamba2AttnBackend,
+    "gdn": lm_gdn.LinmetaGDNAttnBackend,
+    "lightning": lm_lightning.LinmetaLightningAttentionBackend,
+    "kda": lm_kda.LinmetaKDAAttnBackend,
+}
 
 
 def case_of(step: dict, backends: dict) -> dict:
@@ -85,6 +93,7 @@ def main(argv=None) -> int:
                             print(f"  {part}: sglang {str(wo)[:300]} / linmeta {str(go)[:300]}",
                                   file=sys.stderr)
     took = time.time() - t0
+    sglang_cases._WORLDS.clear()
     # linmeta's class built every step (no fallback to SGLang's code inside it).
     served = [w for w in worlds_linmeta.values()
               if isinstance(w.backend, LINMETA[args.backend])
@@ -92,6 +101,7 @@ def main(argv=None) -> int:
     if len(served) != len(worlds_linmeta) or not served:
         print(f"linmeta served {len(served)} of {len(worlds_linmeta)} worlds", file=sys.stderr)
         bad += 1
+    sglang_cases.close_all(worlds_sglang, worlds_linmeta)
     summary = ", ".join(f"{m} {n} ({d} differ)" for m, (n, d) in sorted(counts.items()))
     print(f"linmeta_diff {args.backend}: {sum(n for n, _ in counts.values())} steps in "
           f"{took:.1f} s: {summary}; {bad} differ")

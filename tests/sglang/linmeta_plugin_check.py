@@ -24,6 +24,7 @@ from sglang.srt.plugins.hook_registry import HookRegistry
 
 import linmeta
 import linmeta.sglang
+from linmeta.sglang.gdn import LinmetaGDNAttnBackend
 from linmeta.sglang.mamba2 import LinmetaMamba2AttnBackend
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -55,11 +56,19 @@ def main() -> int:
     HookRegistry.apply_hooks()  # what sglang.srt.plugins.load_plugins runs after the plugins
     from sglang.srt.layers.attention.hybrid_linear_attn_backend import Mamba2AttnBackend
 
-    checks["0.5.23: Mamba2AttnBackend registered"] = done == [
-        "sglang.srt.layers.attention.hybrid_linear_attn_backend.Mamba2AttnBackend"]
+    checks["0.5.23: the Mamba2, GDN, Lightning and KDA backends registered"] = done == [
+        "sglang.srt.layers.attention.hybrid_linear_attn_backend.Mamba2AttnBackend",
+        "sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend",
+        "sglang.srt.layers.attention.linear.lightning_backend.LightningAttentionBackend",
+        "sglang.srt.layers.attention.linear.kda_backend.KDAAttnBackend"]
+    from sglang.srt.layers.attention.linear import gdn_backend
+    from sglang.srt.layers.attention.linear.gdn_backend import GDNAttnBackend
+
     checks["module attribute and a function-level import are linmeta's class"] = (
         hlab.Mamba2AttnBackend is LinmetaMamba2AttnBackend
-        and Mamba2AttnBackend is LinmetaMamba2AttnBackend)
+        and Mamba2AttnBackend is LinmetaMamba2AttnBackend
+        and gdn_backend.GDNAttnBackend is LinmetaGDNAttnBackend
+        and GDNAttnBackend is LinmetaGDNAttnBackend)
 
     sw.BACKENDS["mamba2"] = hlab.Mamba2AttnBackend
     rng = __import__("random").Random(3)
@@ -94,6 +103,8 @@ def main() -> int:
     checks["fresh view objects per result"] = (
         a["query_start_loc"] is not b["query_start_loc"]
         and a["query_start_loc"].data_ptr() == b["query_start_loc"].data_ptr())
+    del world, eng, fb, a, b
+    sglang_cases.close_all()
     for name, ok in checks.items():
         print(f"{'ok  ' if ok else 'FAIL'} {name}")
     return 0 if all(checks.values()) else 1

@@ -62,6 +62,19 @@ def world_for(backend: str, config: str, graph: str, fresh: bool = False) -> sw.
     return w
 
 
+def close_all(*more: dict) -> None:
+    """Drops every world (these and `more`'s) before the interpreter exits: their backends
+    hold native objects whose module may be torn down first."""
+    import gc
+
+    if _ACTIVE[0] is not None:
+        _ACTIVE[0].close()
+        _ACTIVE[0] = None
+    for d in (_WORLDS, *more):
+        d.clear()
+    gc.collect()
+
+
 def _i32(values):
     return torch.tensor(values, dtype=torch.int32)
 

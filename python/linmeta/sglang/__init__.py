@@ -2,9 +2,12 @@
 
 SGLang loads general plugins from the ``sglang.srt.plugins`` entry-point group in every process
 that builds a model; linmeta's entry point is :func:`register` (pyproject.toml). With SGLang
-0.5.23 it replaces ``Mamba2AttnBackend`` (SGLang's hook registry, ``HookType.REPLACE``) by
-:class:`~linmeta.sglang.mamba2.LinmetaMamba2AttnBackend`, whose metadata entry points build
-each step with one plan and one launch of linmeta's ``sglang_mamba2`` kind. Under another
+0.5.23 it replaces ``Mamba2AttnBackend``, ``GDNAttnBackend``, ``LightningAttentionBackend``
+and ``KDAAttnBackend`` (SGLang's hook registry, ``HookType.REPLACE``) by linmeta's subclasses
+(:mod:`linmeta.sglang.mamba2`, :mod:`~linmeta.sglang.gdn`, :mod:`~linmeta.sglang.lightning`,
+:mod:`~linmeta.sglang.kda`), whose metadata entry points build each step with one plan and
+one launch of linmeta's ``sglang_mamba2`` / ``sglang_gdn`` / ``sglang_lightning`` /
+``sglang_kda`` kind. Under another
 SGLang version it leaves SGLang's classes alone and says so once. ``LINMETA_SGLANG=0`` turns
 it off; ``SGLANG_PLUGINS=linmeta`` (SGLang's own variable) restricts SGLang to this plugin.
 """
@@ -20,8 +23,15 @@ logger = logging.getLogger("linmeta.sglang")
 SGLANG_VERSION = "0.5.23"
 
 _HLAB = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
+_LIN = "sglang.srt.layers.attention.linear"
 #: (SGLang class path, linmeta module, linmeta class) replaced by register().
-BACKENDS = ((f"{_HLAB}.Mamba2AttnBackend", "mamba2", "LinmetaMamba2AttnBackend"),)
+BACKENDS = (
+    (f"{_HLAB}.Mamba2AttnBackend", "mamba2", "LinmetaMamba2AttnBackend"),
+    (f"{_LIN}.gdn_backend.GDNAttnBackend", "gdn", "LinmetaGDNAttnBackend"),
+    (f"{_LIN}.lightning_backend.LightningAttentionBackend", "lightning",
+     "LinmetaLightningAttentionBackend"),
+    (f"{_LIN}.kda_backend.KDAAttnBackend", "kda", "LinmetaKDAAttnBackend"),
+)
 
 _said = False
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+from sglang.srt.layers.attention.mamba.mamba2_metadata import ForwardMetadata
+
 from .._linmeta import MetadataBuilder
 from .._linmeta import sglang as _native
 
@@ -20,7 +22,8 @@ MIN_TOKENS = 8192
 
 
 class Backend:
-    """Mixin for a subclass of one of SGLang's MambaAttnBackendBase classes.
+    """Mixin for a subclass of one of SGLang's MambaAttnBackendBase classes (listed first:
+    its entry points run, SGLang's are their ``super()``).
 
     ``KIND``: linmeta's builder kind; ``METADATA``: SGLang's metadata class of the kind's
     object, ``MIXED``: its nested class (or None)."""
@@ -28,6 +31,9 @@ class Backend:
     KIND: str
     METADATA: type
     MIXED: type | None = None
+    #: The backend builds GDN's prefill conv block table (SGLang does under is_cuda()).
+    def _linmeta_conv_block_table(self) -> bool:
+        return False
 
     def _linmeta_supported(self) -> bool:
         """What linmeta does not serve stays SGLang's (docs/sglang.md, "Not served"): the
@@ -68,6 +74,7 @@ class Backend:
             int(mamba_cache_chunk_size()),
             int(self.conv_states_shape[-1]),
             int(self.topk),
+            bool(self._linmeta_conv_block_table()),
         )
         self._linmeta, self._linmeta_rows, self._linmeta_tokens = eng, r, t
         return eng
@@ -81,9 +88,7 @@ class Backend:
         return self._linmeta_object(fields)
 
     def _linmeta_object(self, fields: dict):
-        from sglang.srt.layers.attention.mamba.mamba2_metadata import ForwardMetadata
-
-        own = fields.pop("mamba2_metadata")
+        own = fields.pop("kind_metadata", False)
         mixed = fields.get("mixed_metadata")
         if mixed is not None and self.MIXED is not None:
             fields["mixed_metadata"] = _instance(self.MIXED, mixed)
@@ -111,6 +116,52 @@ class Backend:
         spec = getattr(fb, "spec_info", None)
         return getattr(spec, "ragged_verify_layout", None) is not None
 
+    def _linmeta_serves(self, fb) -> bool:
+        """Whether linmeta builds this step (else SGLang's own method does)."""
+        return self._linmeta_supported() and not self._linmeta_ragged(fb)
+
+    def _linmeta_after(self, fb, eager: bool) -> None:
+        """What the subclass's entry point does after the metadata (`eager`:
+        init_forward_metadata, else the graph entry): the backend's own state, such as GDN's
+        kernel routing."""
+
+    # ---- SGLang's metadata entry points (MambaAttnBackendBase's and its subclasses')
+
+    def init_forward_metadata(self, forward_batch):
+        if not self._linmeta_serves(forward_batch):
+            return super().init_forward_metadata(forward_batch)
+        self.forward_metadata = self._linmeta_build(forward_batch, EAGER, None)
+        self._linmeta_after(forward_batch, True)
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
+        fb = forward_batch
+        if not self._linmeta_supported() or self._linmeta_ragged(fb):
+            return super().init_forward_metadata_out_graph(fb, in_capture)
+        tree = fb.forward_mode.is_target_verify() and self.topk > 1
+        graph = self._linmeta_graph(fb.batch_size, getattr(fb, "mamba_track_indices", None), tree)
+        self.forward_metadata = self._linmeta_build(
+            fb, GRAPH_CAPTURE if in_capture else GRAPH_REPLAY, graph)
+        self._linmeta_after(fb, False)
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
+        super().init_cuda_graph_state(max_bs, max_num_tokens)  # SGLang's static buffers
+
+    def init_cpu_graph_state(self, max_bs: int, max_num_tokens: int):
+        super().init_cpu_graph_state(max_bs, max_num_tokens)
+
+    def init_forward_metadata_capture_cpu_graph(
+        self, bs, num_tokens, req_pool_indices, seq_lens, out_cache_loc, encoder_lens,
+        forward_mode, spec_info,
+    ):
+        if not self._linmeta_supported():
+            return super().init_forward_metadata_capture_cpu_graph(
+                bs, num_tokens, req_pool_indices, seq_lens, out_cache_loc, encoder_lens,
+                forward_mode, spec_info)
+        fb = cpu_capture_batch(bs, num_tokens, req_pool_indices, seq_lens, forward_mode, spec_info)
+        graph = (self.state_indices_list[bs - 1], self.query_start_loc_list[bs - 1],
+                 None, None, None, None)
+        self.forward_metadata = self._linmeta_build(fb, CPU_GRAPH_CAPTURE, graph)
+
 
 _DEFAULTS: dict = {}
 
@@ -135,11 +186,11 @@ def _instance(cls, fields: dict):
     default among them), the others at their defaults: what cls(**fields) makes, without
     running its __init__ (SGLang's metadata dataclasses have no __post_init__)."""
     values, names = _defaults(cls)
-    obj = cls.__new__(cls)
-    d = dict(values)
+    d = values.copy()
     d.update(fields)
     if len(d) != len(names):
         raise TypeError(f"{cls.__name__}: fields {sorted(set(d) ^ names)}")
+    obj = cls.__new__(cls)
     object.__setattr__(obj, "__dict__", d)
     return obj
 

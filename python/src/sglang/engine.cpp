@@ -24,6 +24,35 @@ namespace linmeta::py {
 
 namespace {
 
+/// The interned str of string literal `name` (made once per literal, kept for the process:
+/// an attribute lookup with it hashes nothing and compares by identity).
+PyObject* name_of(const char* name) {
+  static auto* const names = new std::vector<std::pair<const char*, PyObject*>>();
+  for (const auto& [literal, str] : *names)
+    if (literal == name) return str;
+  PyObject* str = PyUnicode_InternFromString(name);
+  if (str == nullptr) throw nb::python_error();
+  names->emplace_back(name, str);
+  return str;
+}
+
+/// `obj.name` (a string literal), or None when the attribute is absent.
+nb::object attr_or_none(nb::handle obj, const char* name) {
+  PyObject* v = PyObject_GetAttr(obj.ptr(), name_of(name));
+  if (v == nullptr) {
+    PyErr_Clear();
+    return nb::none();
+  }
+  return nb::steal(v);
+}
+
+/// `obj.name` (a string literal); AttributeError when absent.
+nb::object attr_of(nb::handle obj, const char* name) {
+  PyObject* v = PyObject_GetAttr(obj.ptr(), name_of(name));
+  if (v == nullptr) throw nb::python_error();
+  return nb::steal(v);
+}
+
 /// SGLang's ForwardMode by its member name (the modes the linear-attention backends serve).
 SglangMode mode_named(nb::handle mode, const char* field) {
   static const std::array<std::pair<const char*, SglangMode>, 6> kModes{{
@@ -34,21 +63,11 @@ SglangMode mode_named(nb::handle mode, const char* field) {
       {"TARGET_VERIFY", SglangMode::TargetVerify},
       {"DRAFT_EXTEND_V2", SglangMode::DraftExtendV2},
   }};
-  const std::string name = to_string(mode.attr("name"), field);
+  const std::string name = to_string(attr_of(mode, "name"), field);
   for (const auto& [n, m] : kModes)
     if (name == n) return m;
   raise_error(std::string("sglang: ") + field + " = " + name +
               " is no mode SGLang's linear-attention backends serve");
-}
-
-/// `obj.name`, or None when the attribute is absent.
-nb::object attr_or_none(nb::handle obj, const char* name) {
-  PyObject* v = PyObject_GetAttrString(obj.ptr(), name);
-  if (v == nullptr) {
-    PyErr_Clear();
-    return nb::none();
-  }
-  return nb::steal(v);
 }
 
 /// A Python list (or sequence) of ints into `out` (its capacity kept), as int32 or int64.
@@ -85,9 +104,10 @@ class SglangEngine {
  public:
   /// builder: the object's own linmeta.MetadataBuilder of an SGLang kind; pool: SGLang's
   /// HybridReqToTokenPool (its req_index_to_mamba_index_mapping is read on every call);
-  /// cache_chunk_size, conv_window, topk: the backend's engine constants.
+  /// cache_chunk_size, conv_window, topk, conv_block_table (GDN: SGLang's is_cuda()): the
+  /// backend's engine constants.
   SglangEngine(nb::handle builder, nb::object pool, int32_t cache_chunk_size, int32_t conv_window,
-               int32_t topk)
+               int32_t topk, bool conv_block_table)
       : builder_(nb::borrow(builder)), pool_(std::move(pool)) {
     if (!nb::isinstance<PyBuilder>(builder))
       throw nb::type_error("linmeta.sglang: Engine takes a linmeta.MetadataBuilder");
@@ -100,6 +120,7 @@ class SglangEngine {
     step_.cache_chunk_size = cache_chunk_size;
     step_.conv_window = conv_window;
     step_.topk = topk;
+    step_.conv_block_table = conv_block_table;
     const auto rows = static_cast<size_t>(b_->builder.config().max_num_seqs);
     for (auto* v : {&ext_, &prefix_}) v->reserve(rows);
     track_seqlens_.reserve(rows);
@@ -119,23 +140,23 @@ class SglangEngine {
     arrays_.reserve(16);  // addresses of its elements are kept: no reallocation below
     SglangStep& s = step_;
     s.entry = static_cast<SglangEntry>(entry);
-    s.forward_mode = mode_named(fb.attr("forward_mode"), "forward_mode");
-    s.logical_mode = mode_named(fb.attr("logical_forward_mode"), "logical_forward_mode");
-    s.batch_size = to_int32(fb.attr("batch_size"), "batch_size");
+    s.forward_mode = mode_named(attr_of(fb, "forward_mode"), "forward_mode");
+    s.logical_mode = mode_named(attr_of(fb, "logical_forward_mode"), "logical_forward_mode");
+    s.batch_size = to_int32(attr_of(fb, "batch_size"), "batch_size");
     const int32_t bs = s.batch_size;
-    nb::object rpi = fb.attr("req_pool_indices");
+    nb::object rpi = attr_of(fb, "req_pool_indices");
     stream_ = nullptr;
     if (b_->builder.target() == Target::Cuda && !producer_stream(rpi, b_->device_id, stream_))
       raise_error("linmeta.sglang: the cuda target needs torch tensors (DLPack C exchange API)");
     s.req_pool_indices = const_cast<int64_t*>(
         static_cast<const int64_t*>(device(rpi, "req_pool_indices", true, bs)));
-    const nb::object map = pool_.attr("req_index_to_mamba_index_mapping");
+    const nb::object map = attr_of(pool_, "req_index_to_mamba_index_mapping");
     const ImportedArray& m = import(map, "req_index_to_mamba_index_mapping", true, false, 1);
     s.mamba_map = static_cast<const int32_t*>(m.data);
     s.mamba_map_len = m.shape[0];
     nb::object ids = attr_or_none(fb, "input_ids");
-    s.num_tokens = ids.is_none() ? 0 : to_int32(ids.attr("shape")[0], "input_ids.shape[0]");
-    nb::object ent = fb.attr("extend_num_tokens");
+    s.num_tokens = ids.is_none() ? 0 : to_int32(attr_of(ids, "shape")[0], "input_ids.shape[0]");
+    nb::object ent = attr_of(fb, "extend_num_tokens");
     s.extend_num_tokens = ent.is_none() ? -1 : to_int32(ent, "extend_num_tokens");
     list(fb, "extend_seq_lens_cpu", ext_, s.extend_seq_lens);
     list(fb, "extend_prefix_lens_cpu", prefix_, s.extend_prefix_lens);
@@ -149,6 +170,7 @@ class SglangEngine {
       const ImportedArray& a = import(seq_cpu, "seq_lens_cpu", false, true);
       s.seq_lens = {static_cast<const int64_t*>(a.data), static_cast<size_t>(a.shape[0])};
     }
+    s.tbo = !attr_or_none(fb, "tbo_parent_token_range").is_none();
     read_spec(fb);
     read_track(fb, bs);
     read_graph(graph);
@@ -160,7 +182,7 @@ class SglangEngine {
     // SGLang keeps the batch's own list.
     if (meta.sglang && meta.sglang->mixed_metadata)
       nb::borrow<nb::dict>(out["mixed_metadata"])["extend_seq_lens_cpu"] =
-          fb.attr("extend_seq_lens_cpu");
+          attr_of(fb, "extend_seq_lens_cpu");
     arrays_.clear();
     callers_.clear();
     return out;
@@ -363,8 +385,8 @@ void bind_sglang(nb::module_& m) {
                            nb::is_weak_referenceable(),
                            "The native half of one linmeta.sglang backend object, over its own "
                            "linmeta.MetadataBuilder (python/src/sglang/engine.hpp).")
-      .def(nb::init<nb::handle, nb::object, int32_t, int32_t, int32_t>(), "builder"_a, "pool"_a,
-           "cache_chunk_size"_a, "conv_window"_a, "topk"_a)
+      .def(nb::init<nb::handle, nb::object, int32_t, int32_t, int32_t, bool>(), "builder"_a,
+           "pool"_a, "cache_chunk_size"_a, "conv_window"_a, "topk"_a, "conv_block_table"_a)
       .def("build", &SglangEngine::build, "forward_batch"_a, "entry"_a, "graph"_a.none());
 }
 
