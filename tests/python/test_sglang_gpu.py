@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 import linmeta  # noqa: E402
 from linmeta._linmeta import sglang as native  # noqa: E402
-from linmeta.sglang._common import (  # noqa: E402
+from linmeta.sglang._batch import (  # noqa: E402  (no SGLang import)
     CPU_GRAPH_CAPTURE,
     EAGER,
     GRAPH_CAPTURE,

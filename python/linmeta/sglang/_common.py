@@ -5,15 +5,13 @@ linmeta builder, the entry points as one native call each, the objects SGLang's 
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
 from sglang.srt.layers.attention.mamba.mamba2_metadata import ForwardMetadata
 
 from .._linmeta import MetadataBuilder
 from .._linmeta import sglang as _native
+from ._batch import CPU_GRAPH_CAPTURE, EAGER, GRAPH_CAPTURE, GRAPH_REPLAY, cpu_capture_batch
 
-# SglangEntry (linmeta/sglang.hpp).
-EAGER, GRAPH_CAPTURE, GRAPH_REPLAY, CPU_GRAPH_CAPTURE = 0, 1, 2, 3
 
 #: Capacities of a first builder; a larger step makes a builder twice as large (a rare
 #: allocation outside the steady state).
@@ -193,19 +191,3 @@ def _instance(cls, fields: dict):
     obj = cls.__new__(cls)
     object.__setattr__(obj, "__dict__", d)
     return obj
-
-
-def cpu_capture_batch(bs, num_tokens, req_pool_indices, seq_lens, forward_mode, spec_info):
-    """The ForwardBatch attributes init_forward_metadata_capture_cpu_graph hands over."""
-    return SimpleNamespace(
-        forward_mode=forward_mode,
-        logical_forward_mode=forward_mode,
-        batch_size=bs,
-        req_pool_indices=req_pool_indices,
-        input_ids=SimpleNamespace(shape=(num_tokens,)),
-        extend_num_tokens=None,
-        extend_seq_lens_cpu=None,
-        extend_prefix_lens_cpu=None,
-        seq_lens_cpu=None,
-        spec_info=spec_info,
-    )
