@@ -87,6 +87,8 @@ void carve_plan(const PlanStorage& storage, Carver& c, StepPlan& p) {
   p.sgl.extend_lens = c.take(SR, "sgl.extend_lens");
   p.sgl.unaligned = c.take(SR, "sgl.unaligned");
   p.sgl.chunk_idx = c.take(SR, "sgl.chunk_idx");
+  p.sgl.conv_start = c.take(SR, "sgl.conv_start");
+  p.sgl.pg_table = c.take(storage.sglang_prefill_words, "sgl.pg_table");
   p.sgl.conv_starts = c.take(SR > 0 ? SR + 1 : 0, "sgl.conv_starts");
   p.sgl.chunk_indices = c.take(SR > 0 ? storage.mamba_chunks : 0, "sgl.chunk_indices");
   p.sgl.chunk_offsets = c.take(SR > 0 ? storage.mamba_chunks : 0, "sgl.chunk_offsets");
@@ -101,6 +103,11 @@ PlanStorage::PlanStorage(const Config& c, BuilderKind kind) {
   conv_total = is_gdn_family(kind) || is_mamba_base(kind) ? static_cast<size_t>(cap.conv_total) : 0;
   mamba_chunks = static_cast<size_t>(cap.mamba_chunks);
   sglang_rows = is_sglang(kind) ? rows : 0;
+  // KDA's prefill-graph table of the largest bucket: max_num_batched_tokens, max_seqs = R.
+  sglang_prefill_words =
+      is_sglang(kind) ? static_cast<size_t>(
+                            SglangPrefillGraphLayout::of(c.max_num_batched_tokens, cap.rows).total)
+                      : 0;
   Carver count(nullptr, 0);
   StepPlan scratch;
   carve_plan(*this, count, scratch);

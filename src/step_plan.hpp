@@ -23,6 +23,7 @@ struct PlanStorage {
   size_t conv_total = 0;               ///< conv1d programs of a step (0: the builder has no conv1d)
   size_t mamba_chunks = 0;             ///< Mamba2 SSD chunks of a step
   size_t sglang_rows = 0;              ///< R for the SGLang kinds, else 0 (no SglangPlan arrays)
+  size_t sglang_prefill_words = 0;     ///< KDA's largest prefill-graph table (SGLang kinds)
   std::vector<int32_t> words;          ///< every int32 array, back to back
   std::vector<int64_t> mlist;          ///< the conv1d program -> sequence list (vLLM's int64)
   std::vector<uint8_t> no_prefilling;  ///< [R] zeros: is_prefilling when absent
@@ -150,6 +151,7 @@ struct SglangPlan {
   int32_t n_unaligned = 0;
   std::span<int32_t> unaligned;     ///< [n_unaligned] tracked rows off the chunk grid, in order
   std::span<int32_t> chunk_idx;     ///< [bs] their chunk, -1 on every other row
+  std::span<int32_t> conv_start;    ///< [n_tracked] the conv window's first token, unclamped
   int32_t logical_num_tokens = -1;  ///< an extend's token count; -1: None
   // GDN's prefill conv block table: (sequence, 8-token block) pairs.
   bool conv_table = false;
@@ -166,6 +168,13 @@ struct SglangPlan {
   int32_t n_chunks = 0;
   std::span<int32_t> chunk_indices;  ///< [n_chunks]
   std::span<int32_t> chunk_offsets;  ///< [n_chunks]
+  // KDA's prefill-graph tables (the PrefillGraph entry, src/kinds/sglang_kda.cpp).
+  bool prefill_graph = false;
+  int32_t pg_len = 0;           ///< words of the packed table
+  int32_t pg_slots = 0;         ///< rows with a slot (the others of the bucket: -1)
+  int32_t pg_rows = 0;          ///< the bucket's max_seqs
+  bool pg_track_dst = false;    ///< track_dst[:bs] is written (a row is tracked)
+  std::span<int32_t> pg_table;  ///< [pg_len] KDAPrefillGraphMetadata.packed's contents
 };
 
 /// One step's plan: what every kind plans, and each family's own part. Every value has its

@@ -4,8 +4,9 @@
 // object SGLang produced is compared: the metadata (dtype, shape, values), the fields SGLang
 // leaves at their defaults, the graph entries' aliasing of the backend's static buffers (and
 // the elements they must leave alone), and the side effects on the batch. The backends' own
-// state (GDN's routing, KDA's prefill-graph tables, ...) is Python's and
-// tests/sglang/linmeta_diff.py's; KDA's prefill_graph cases are skipped (SGLang's code).
+// state (GDN's routing, ...) is Python's and tests/sglang/linmeta_diff.py's, except KDA's
+// prefill-graph tables: a prefill_graph case's KDAPrefillGraphMetadata buffers are allocated
+// here as SGLang's allocate makes them, filled by the build and compared table by table.
 //
 //   linmeta-sglang-replay check FILE... [--target host|cuda] [--allow-skip] [--quiet]
 //
@@ -160,10 +161,11 @@ class Checker {
     Mem mem(target_);
 
     linmeta::SglangStep s;
-    s.entry = mode == "capture"       ? SglangEntry::GraphCapture
-              : mode == "replay"      ? SglangEntry::GraphReplay
-              : mode == "cpu_capture" ? SglangEntry::CpuGraphCapture
-                                      : SglangEntry::Eager;
+    s.entry = mode == "capture"         ? SglangEntry::GraphCapture
+              : mode == "replay"        ? SglangEntry::GraphReplay
+              : mode == "cpu_capture"   ? SglangEntry::CpuGraphCapture
+              : mode == "prefill_graph" ? SglangEntry::PrefillGraph
+                                        : SglangEntry::Eager;
     s.forward_mode = mode_of(in.at("forward_mode").get<std::string>());
     s.logical_mode = s.forward_mode;
     const bool extendish = s.forward_mode == SglangMode::Extend ||
@@ -233,8 +235,12 @@ class Checker {
         s.track_seqlens = track_seqlens;
       }
     }
+    if (in.contains("original_batch_size"))
+      s.original_batch_size = in.at("original_batch_size").get<int32_t>();
+    std::optional<PrefillGraphBuffers> pg;
+    if (s.entry == SglangEntry::PrefillGraph) pg.emplace(s, in, c, mem);
     // The backend's graph buffers of this batch size, filled as the harness fills them.
-    const bool graph = s.entry != SglangEntry::Eager;
+    const bool graph = s.entry != SglangEntry::Eager && !pg;
     const int32_t gk = std::max(1, cfg.at("draft_tokens").get<int32_t>());
     std::map<std::string, std::pair<const void*, DType>> buffers;
     if (graph) {
@@ -270,8 +276,11 @@ class Checker {
     const linmeta::Metadata& m = b.build(step);
     if (target_ == Target::Cuda) cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     const json& out = c.at("output");
-    compare(kind, m, out.at("forward_metadata"), mem, out.value("aliases", json::object()),
-            buffers);
+    if (pg)
+      pg->compare(out.at("backend").at("prefill_graph_metadata"), mem);
+    else
+      compare(kind, m, out.at("forward_metadata"), mem, out.value("aliases", json::object()),
+              buffers);
     // Side effects on the batch.
     const json& fb = out.at("forward_batch");
     compare_tensor("forward_batch.req_pool_indices", fb.at("req_pool_indices"),
@@ -292,6 +301,73 @@ class Checker {
     auto b = std::make_unique<linmeta::MetadataBuilder>(kind, c, o);
     return *builders_.emplace(key, std::move(b)).first->second;
   }
+
+  /// KDA's KDAPrefillGraphMetadata of a prefill_graph case: the bucket's buffers as SGLang's
+  /// allocate makes them (packed and host zeros, cache_indices -1, has_initial_state False,
+  /// track_dst 0), and their comparison with SGLang's object after the step.
+  struct PrefillGraphBuffers {
+    PrefillGraphBuffers(linmeta::SglangStep& s, const json& in, const json& c, Mem& mem) {
+      linmeta::SglangPrefillGraph& pg = s.prefill_graph;
+      pg.num_tokens = in.at("bucket_tokens").get<int32_t>();
+      // SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS's default (128) bounds the bucket's sequences.
+      pg.max_seqs = std::max(1, std::min(pg.num_tokens, 128));
+      const json* fields = nullptr;
+      if (c.contains("output")) {
+        fields = &c.at("output").at("backend").at("prefill_graph_metadata").at("fields");
+        pg.max_seqs = fields->at("max_seqs").get<int32_t>();
+        pg.track = fields->at("track").get<bool>();
+      }
+      layout = linmeta::SglangPrefillGraphLayout::of(pg.num_tokens, pg.max_seqs);
+      const auto n = static_cast<size_t>(layout.total), rows = static_cast<size_t>(pg.max_seqs);
+      pg.packed = mem.put(std::vector<int32_t>(n, 0));
+      pg.packed_len = layout.total;
+      host.assign(n, 0);
+      pg.host = host.data();
+      pg.cache_indices = mem.put(std::vector<int32_t>(rows, -1));
+      pg.has_initial_state = reinterpret_cast<bool*>(mem.put(std::vector<uint8_t>(rows, 0)));
+      pg.track_dst = mem.put(std::vector<int64_t>(rows, 0));
+      buffers = pg;
+    }
+    void compare(const json& want, const Mem& mem) const {
+      if (want.at("type") != "KDAPrefillGraphMetadata") differ("not a KDAPrefillGraphMetadata");
+      const json& f = want.at("fields");
+      const linmeta::SglangPrefillGraph& pg = buffers;
+      const auto scalar = [&](const char* name, int64_t ours) {
+        if (f.at(name).get<int64_t>() != ours)
+          differ(fmt::format("prefill_graph.{}: {} vs SGLang's {}", name, ours, f.at(name).dump()));
+      };
+      scalar("num_tokens", pg.num_tokens);
+      scalar("max_seqs", pg.max_seqs);
+      scalar("max_chunks", layout.max_chunks);
+      scalar("max_conv_blocks", layout.max_conv_blocks);
+      if (!f.at("flashinfer").is_null()) differ("prefill_graph.flashinfer: SGLang has one");
+      const auto table = [&](const char* name, int64_t at, int64_t rows, int32_t cols) {
+        Array a{pg.packed + at, DType::Int32, rows, cols, cols > 1 ? 2 : 1, true};
+        compare_tensor(std::string("prefill_graph.") + name, f.at(name), a, mem, false);
+      };
+      const int64_t S = pg.max_seqs;
+      table("packed", 0, layout.total, 1);
+      table("cu_seqlens", layout.cu_seqlens, S + 1, 1);
+      table("chunk_indices", layout.chunk_indices, layout.max_chunks, 2);
+      table("chunk_offsets", layout.chunk_offsets, S + 1, 1);
+      table("conv_block_table", layout.conv_block_table, layout.max_conv_blocks, 2);
+      table("track_chunk_idx", layout.track_chunk_idx, S, 1);
+      table("track_mode", layout.track_mode, S, 1);
+      table("track_conv_start", layout.track_conv_start, S, 1);
+      table("num_logical_tokens", layout.num_logical_tokens, 1, 1);
+      compare_tensor("prefill_graph.host", f.at("host"),
+                     Array{host.data(), DType::Int32, layout.total, 1, 1, true}, mem, true);
+      compare_tensor("prefill_graph.cache_indices", f.at("cache_indices"),
+                     Array{pg.cache_indices, DType::Int32, S, 1, 1, true}, mem, false);
+      compare_tensor("prefill_graph.has_initial_state", f.at("has_initial_state"),
+                     Array{pg.has_initial_state, DType::Bool, S, 1, 1, true}, mem, false);
+      compare_tensor("prefill_graph.track_dst", f.at("track_dst"),
+                     Array{pg.track_dst, DType::Int64, S, 1, 1, true}, mem, false);
+    }
+    linmeta::SglangPrefillGraphLayout layout;
+    std::vector<int32_t> host;
+    linmeta::SglangPrefillGraph buffers;
+  };
 
   static void compare_tensor(const std::string& name, const json& want, const Array& got,
                              const Mem& mem, bool host) {
@@ -434,7 +510,7 @@ int main(int argc, char** argv) {
     return allow_skip ? 0 : 1;
   }
   Checker checker(target);
-  int64_t n = 0, bad = 0, skipped = 0;
+  int64_t n = 0, bad = 0;
   std::map<std::string, int64_t> per_mode;
   for (const std::string& f : files) {
     std::ifstream src(f);
@@ -453,10 +529,6 @@ int main(int argc, char** argv) {
         const json c = json::parse(line);
         name = c.value("name", "?");
         const std::string mode = c.value("mode", "?");
-        if (mode == "prefill_graph") {  // KDA's prefill-graph tables: SGLang's (not a kind's)
-          ++skipped;
-          continue;
-        }
         ++per_mode[mode];
         checker.check(c);
       } catch (const Mismatch& e) {
@@ -472,9 +544,7 @@ int main(int argc, char** argv) {
   }
   std::string modes;
   for (const auto& [mode, count] : per_mode) modes += fmt::format(" {} {},", mode, count);
-  std::cout << fmt::format(
-      "linmeta-sglang-replay ({}): {} cases,{} {} differ{}\n",
-      target == Target::Cuda ? "cuda" : "host", n - skipped, modes, bad,
-      skipped > 0 ? fmt::format(" ({} prefill_graph cases not linmeta's)", skipped) : "");
+  std::cout << fmt::format("linmeta-sglang-replay ({}): {} cases,{} {} differ\n",
+                           target == Target::Cuda ? "cuda" : "host", n, modes, bad);
   return bad == 0 ? 0 : 1;
 }

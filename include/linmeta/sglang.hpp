@@ -26,6 +26,9 @@ enum class SglangEntry : int32_t {
   GraphCapture,     ///< init_forward_metadata_out_graph(fb, in_capture=True)
   GraphReplay,      ///< init_forward_metadata_out_graph(fb)
   CpuGraphCapture,  ///< init_forward_metadata_capture_cpu_graph
+  /// KDA's breakable prefill graphs: init_prefill_graph_metadata /
+  /// refresh_prefill_graph_metadata (KDAPrefillGraphMetadata.fill), sglang_kda only
+  PrefillGraph,
 };
 
 /// The backend's static graph buffers of the step's batch size bs (the graph entries write
@@ -40,6 +43,57 @@ struct SglangGraphBuffers {
   int32_t* retrieve_next_token = nullptr;
   int32_t* retrieve_next_sibling = nullptr;
   int32_t* retrieve_parent_token = nullptr;
+};
+
+/// KDA's prefill-graph tables (SGLang's KDAPrefillGraphMetadata, kda_prefill_graph.py): one
+/// bucket's static buffers, allocated by SGLang once per bucket, which the PrefillGraph entry
+/// fills. `packed` is one int32 buffer of the tables below, in this order
+/// (SglangPrefillGraphLayout says where each starts).
+struct SglangPrefillGraph {
+  int32_t num_tokens = 0;             ///< the bucket's token count (meta.num_tokens)
+  int32_t max_seqs = 0;               ///< the bucket's sequence bound (meta.max_seqs)
+  bool track = false;                 ///< the bucket has prefix-cache track tables (meta.track)
+  int32_t* packed = nullptr;          ///< meta.packed, int32 [packed_len] (target memory)
+  int64_t packed_len = 0;             ///< its elements (SglangPrefillGraphLayout::total)
+  int32_t* host = nullptr;            ///< meta.host, int32 [packed_len] host staging, or null
+  int32_t* cache_indices = nullptr;   ///< meta.cache_indices, int32 [max_seqs] (target)
+  bool* has_initial_state = nullptr;  ///< meta.has_initial_state, bool [max_seqs] (target)
+  int64_t* track_dst = nullptr;       ///< meta.track_dst, int64 [max_seqs] (target), or null
+};
+
+/// KDA's delta-rule chunk (kda_prefill_graph.KDA_CHUNK_SIZE) and causal-conv1d block
+/// (CAUSAL_CONV1D_FWD_BLOCK_M); the chunk index of a padded chunk_indices row (_PAD_CHUNK);
+/// track_mode's values (kda_prefill_track.TRACK_FINAL_STATE / TRACK_CHUNK_STATE).
+inline constexpr int32_t kSglangKdaChunk = 64;
+inline constexpr int32_t kSglangConvBlock = 8;
+inline constexpr int32_t kSglangPadChunk = 1 << 20;
+inline constexpr int32_t kSglangTrackFinalState = 1;
+inline constexpr int32_t kSglangTrackChunkState = 2;
+
+/// Where each table of KDAPrefillGraphMetadata.packed starts (KDAPrefillGraphMetadata.allocate):
+/// cu_seqlens [max_seqs + 1], chunk_indices [max_chunks, 2], chunk_offsets [max_seqs + 1],
+/// conv_block_table [max_conv_blocks, 2], track_chunk_idx, track_mode, track_conv_start
+/// [max_seqs] each, num_logical_tokens [1].
+struct SglangPrefillGraphLayout {
+  int64_t max_chunks = 0, max_conv_blocks = 0;
+  int64_t cu_seqlens = 0, chunk_indices = 0, chunk_offsets = 0, conv_block_table = 0;
+  int64_t track_chunk_idx = 0, track_mode = 0, track_conv_start = 0, num_logical_tokens = 0;
+  int64_t total = 0;
+
+  [[nodiscard]] static constexpr SglangPrefillGraphLayout of(int64_t num_tokens, int64_t max_seqs) {
+    SglangPrefillGraphLayout l;
+    l.max_chunks = (num_tokens + kSglangKdaChunk - 1) / kSglangKdaChunk + max_seqs;
+    l.max_conv_blocks = (num_tokens + kSglangConvBlock - 1) / kSglangConvBlock + max_seqs;
+    l.chunk_indices = l.cu_seqlens + max_seqs + 1;
+    l.chunk_offsets = l.chunk_indices + 2 * l.max_chunks;
+    l.conv_block_table = l.chunk_offsets + max_seqs + 1;
+    l.track_chunk_idx = l.conv_block_table + 2 * l.max_conv_blocks;
+    l.track_mode = l.track_chunk_idx + max_seqs;
+    l.track_conv_start = l.track_mode + max_seqs;
+    l.num_logical_tokens = l.track_conv_start + max_seqs;
+    l.total = l.num_logical_tokens + 1;
+    return l;
+  }
 };
 
 /// Upper bound of SglangStep::conv_window (the conv state's window, kernel width - 1).
@@ -98,6 +152,12 @@ struct SglangStep {
 
   /// Graph entries: the backend's static buffers of this batch size.
   SglangGraphBuffers graph;
+
+  /// forward_batch._original_batch_size (DP padding: the rows past it get slot -1 in the
+  /// prefill-graph tables); -1: None.
+  int32_t original_batch_size = -1;
+  /// The PrefillGraph entry: the bucket's tables.
+  SglangPrefillGraph prefill_graph;
 };
 
 /// Mamba2Metadata.MixedMetadata (SGLang's mamba2_metadata.py).

@@ -31,13 +31,14 @@ void sized(const char* field, size_t size, int32_t bs, bool optional) {
     reject(fmt::format("sglang.{} has {} entries, expected batch_size = {}", field, size, bs));
 }
 
-/// The shapes, pointers and values every entry reads.
-void validate(const Config& c, const SglangStep& s) {
+}  // namespace
+
+void validate_sglang_step(const Config& c, const SglangStep& s) {
   const int32_t bs = s.batch_size;
   if (bs < 1 || bs > c.max_num_seqs)
     reject(fmt::format("sglang.batch_size = {} is outside [1, max_num_seqs = {}]", bs,
                        c.max_num_seqs));
-  if (static_cast<int32_t>(s.entry) < 0 || static_cast<int32_t>(s.entry) > 3)
+  if (static_cast<int32_t>(s.entry) < 0 || static_cast<int32_t>(s.entry) > 4)
     reject(fmt::format("sglang.entry = {} is no entry point", static_cast<int32_t>(s.entry)));
   check_mode(s.forward_mode, "forward_mode");
   check_mode(s.logical_mode, "logical_mode");
@@ -80,19 +81,18 @@ void validate(const Config& c, const SglangStep& s) {
         "sglang.retrieve_rows = {} is outside [0, batch_size = {}] (or its rows of {} tokens "
         "exceed max_num_batched_tokens)",
         s.retrieve_rows, bs, s.draft_token_num));
+  if (s.original_batch_size < -1)
+    reject(fmt::format("sglang.original_batch_size = {} is negative", s.original_batch_size));
 }
 
-/// query_start_loc of an extend: the exclusive cumsum of the extend lengths and the total.
-void extend_qsl(SglangPlan& g, const SglangStep& s) {
+void plan_extend_qsl(SglangPlan& g, const SglangStep& s) {
   const int32_t bs = g.bs;
   g.qsl_len = bs + 1;
   g.qsl[0] = 0;
   for (int32_t r = 0; r < bs; ++r) g.qsl[r + 1] = g.qsl[r] + s.extend_seq_lens[r];
 }
 
-/// _init_track_conv_indices and _init_track_ssm_indices (build_prefill_track_plan) over the
-/// tracked rows: the rows whose host mask is set.
-void plan_track(const Config& c, BuilderKind kind, SglangPlan& g, const SglangStep& s) {
+void plan_extend_track(const Config& c, BuilderKind kind, SglangPlan& g, const SglangStep& s) {
   if (s.track_seqlens.empty())
     reject(
         "sglang.track_seqlens is required: conv-state tracking needs mamba_track_seqlens on an "
@@ -118,6 +118,7 @@ void plan_track(const Config& c, BuilderKind kind, SglangPlan& g, const SglangSt
     const int32_t t = g.n_tracked++;
     g.tracked[t] = r;
     const int64_t start = g.qsl[r] + floor_div(len, G) * G - W;
+    g.conv_start[t] = static_cast<int32_t>(start);
     for (int64_t j = 0; j < W; ++j)
       g.conv[t * W + j] = static_cast<int32_t>(std::min(std::max(start + j, int64_t{0}), last));
     if (len % C == 0) {
@@ -138,6 +139,8 @@ void plan_track(const Config& c, BuilderKind kind, SglangPlan& g, const SglangSt
   }
   g.track_extend = true;
 }
+
+namespace {
 
 /// _forward_metadata: the eager entry.
 void plan_eager(Ctx& x, SglangPlan& g, const SglangStep& s) {
@@ -166,9 +169,9 @@ void plan_eager(Ctx& x, SglangPlan& g, const SglangStep& s) {
   }
   if (!extend_meta)
     reject("sglang.extend_seq_lens (extend_seq_lens_cpu) is required on an extend step");
-  extend_qsl(g, s);
+  plan_extend_qsl(g, s);
   g.logical_num_tokens = g.qsl[g.bs];
-  if (g.has_track_mask) plan_track(x.c, x.kind, g, s);
+  if (g.has_track_mask) plan_extend_track(x.c, x.kind, g, s);
 }
 
 /// _replay_metadata (CUDA-graph capture and replay) and _capture_metadata (CPU-graph capture).
@@ -221,7 +224,12 @@ void plan_sglang_common(Ctx& x) {
     reject(fmt::format("the {} builder takes an SGLang step (Step::sglang is null)",
                        names::builder_kind_name(x.kind)));
   const SglangStep& s = *x.s.sglang;
-  validate(x.c, s);
+  validate_sglang_step(x.c, s);
+  if (s.entry == SglangEntry::PrefillGraph)
+    reject(
+        fmt::format("sglang.entry = PrefillGraph (KDA's prefill-graph tables) is not the {} "
+                    "kind's: sglang_kda serves it",
+                    names::builder_kind_name(x.kind)));
   StepPlan& p = x.p;
   SglangPlan& g = p.sgl;
   g.step = &s;
@@ -263,6 +271,9 @@ void sglang_largest(StepPlan& p) {
   g.n_tracked = g.n_final = g.n_h = g.n_re = g.n_unaligned = R;
   g.prep_initial_states = g.conv_table = true;
   g.n_chunks = static_cast<int32_t>(g.chunk_indices.size());
+  g.prefill_graph = g.pg_track_dst = true;
+  g.pg_len = static_cast<int32_t>(g.pg_table.size());
+  g.pg_rows = g.pg_slots = R;
 }
 
 void plan_tracked_rows(SglangPlan& g, const SglangStep& s) {
@@ -291,6 +302,19 @@ void pack_track_mask_indices(Packer& k) {
          DType::Int64);
 }
 
+int32_t pack_sglang_refs(Packer& k, const SglangStep& s) {
+  k.align_even();
+  const int32_t refs = k.reserve(kSglangRefsWords, [&](int32_t* dst) {
+    SglangRefs r{s.mamba_map,
+                 s.mamba_map_len,
+                 s.req_pool_indices,
+                 {s.track_indices, s.retrieve_next_token, s.retrieve_next_sibling}};
+    std::memcpy(dst, &r, sizeof r);
+  });
+  k.sglang_refs_at = refs;
+  return refs;
+}
+
 void pack_sglang_common(Packer& k) {
   const SglangPlan& g = k.p.sgl;
   const SglangStep* s = g.step;
@@ -307,16 +331,7 @@ void pack_sglang_common(Packer& k) {
     k.set(Out::SglNumPrefillTokens, g.num_prefill_tokens);
     k.set(Out::SglNumDecodes, g.num_decodes);
   }
-  // The step's device arrays, for the jobs.
-  k.align_even();
-  const int32_t refs = k.reserve(kSglangRefsWords, [&](int32_t* dst) {
-    SglangRefs r{s->mamba_map,
-                 s->mamba_map_len,
-                 s->req_pool_indices,
-                 {s->track_indices, s->retrieve_next_token, s->retrieve_next_sibling}};
-    std::memcpy(dst, &r, sizeof r);
-  });
-  k.sglang_refs_at = refs;
+  const int32_t refs = pack_sglang_refs(k, *s);
   const int32_t bs = g.bs;
   const int32_t qsl = k.put(g.qsl.data(), g.qsl_len);
   const int32_t rdraft = s->draft_token_num;

@@ -13,6 +13,16 @@
 
 namespace linmeta::detail {
 
+/// The shapes, pointers and values every entry reads (throws linmeta::Error naming the field).
+void validate_sglang_step(const Config& c, const SglangStep& s);
+/// query_start_loc of an extend: the exclusive cumsum of the extend lengths and the total.
+void plan_extend_qsl(SglangPlan& g, const SglangStep& s);
+/// _init_track_conv_indices and _init_track_ssm_indices (build_prefill_track_plan) over the
+/// tracked rows of an extend (the rows whose host mask is set; after plan_extend_qsl).
+void plan_extend_track(const Config& c, BuilderKind kind, SglangPlan& g, const SglangStep& s);
+/// The step's device arrays (SglangRefs) into the arena, for the jobs; returns their offset.
+int32_t pack_sglang_refs(Packer& k, const SglangStep& s);
+
 /// Validates the step (throws linmeta::Error naming the field) and plans the common part:
 /// query_start_loc, the slots, tracking, verify's retrieve arrays.
 void plan_sglang_common(Ctx& x);

@@ -305,7 +305,8 @@ TEST(NoAlloc, FixedConfigsManyGroups) {
   }
 }
 
-/// The SGLang kind (linmeta/sglang.hpp): every entry point, tracking and tree verify included.
+/// The SGLang kinds (linmeta/sglang.hpp): every entry point, tracking, tree verify and KDA's
+/// prefill-graph tables included.
 TEST(NoAlloc, SglangEveryKindAndEntry) {
   Config c;
   c.max_num_seqs = 64;
@@ -343,19 +344,32 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
     g.s.track_indices = entry == SglangEntry::CpuGraphCapture ? nullptr : g.track_indices.data();
     g.graph(entry);
   }
+  // KDA's prefill-graph tables, tracked and not.
+  for (const bool track : {false, true}) {
+    test::SglStep& pg = add();
+    pg.extend({{0, 300}, {1024, 70}, {5, 33}, {90, 1}}, SglangMode::Extend);
+    if (track) pg.track();
+    pg.s.original_batch_size = track ? 3 : -1;
+    pg.prefill_graph(512, 32, true);
+  }
   const auto lightning_takes = [](const test::SglStep& st) { return st.s.topk <= 1; };
+  const auto kda_only = [](const test::SglStep& st) {
+    return st.s.entry == SglangEntry::PrefillGraph;
+  };
   for (const auto& st : steps) {
+    kda.build(st->step);
+    if (kda_only(*st)) continue;
     b.build(st->step);
     gdn.build(st->step);
-    kda.build(st->step);
     if (lightning_takes(*st)) lightning.build(st->step);
   }
   int64_t checksum = 0;
   CountAllocations count;
   for (int round = 0; round < 3; ++round)
     for (const auto& st : steps) {
-      checksum += b.build(st->step).sglang->num_decodes + gdn.build(st->step).sglang->num_decodes;
       checksum += kda.build(st->step).sglang->draft_token_num;
+      if (kda_only(*st)) continue;
+      checksum += b.build(st->step).sglang->num_decodes + gdn.build(st->step).sglang->num_decodes;
       if (lightning_takes(*st)) checksum += lightning.build(st->step).sglang->batch_size;
     }
   count.stop();

@@ -51,11 +51,14 @@ struct SglangRandomEngine {
   /// A draft extend without extend metadata is built (SGLang's Lightning fails on one: its
   /// prepare_decode reads the query_start_loc that is None there).
   bool draft_extend_none = true;
+  /// KDA's breakable prefill-graph tables (SglangEntry::PrefillGraph: sglang_kda only).
+  bool prefill_graph = false;
 };
 
 /// `e` as an engine of `kind` can be (for_kind(random_sglang_engine(rng), kind)).
 inline SglangRandomEngine for_kind(SglangRandomEngine e, BuilderKind kind) {
   e.tree_drafts = e.draft_extend_none = kind != BuilderKind::SglangLightning;
+  e.prefill_graph = kind == BuilderKind::SglangKda;
   return e;
 }
 
@@ -112,6 +115,97 @@ inline std::pair<bool, int64_t> prefill_track(std::mt19937& rng, int32_t prefix,
 
 inline int32_t fill_value(std::mt19937& rng) { return -7777 - testing::uniform(rng, 0, 999); }
 
+/// The request -> slot map of a `pool`-row request pool and `real` distinct request rows
+/// (then `pad` padding rows: row 0, or a stale row); now and then a row outside the map.
+inline void pool_rows(std::mt19937& rng, SglStep& st, int32_t real, int32_t pad,
+                      std::vector<std::string>& tags) {
+  using testing::coin;
+  using testing::uniform;
+  const int32_t pool = 2 * (real + pad) + 16 + uniform(rng, 0, 64);
+  st.map.resize(static_cast<size_t>(pool));
+  for (auto& x : st.map) x = uniform(rng, 0, 1 << 20);
+  std::vector<int64_t> rows(static_cast<size_t>(pool - 1));
+  std::iota(rows.begin(), rows.end(), int64_t{1});
+  std::shuffle(rows.begin(), rows.end(), rng);
+  st.rpi.assign(rows.begin(), rows.begin() + real);
+  for (int32_t i = 0; i < pad; ++i)
+    st.rpi.push_back(coin(rng, 0.7) ? 0 : uniform(rng, 1, pool - 1));
+  if (coin(rng, 0.05)) {  // a row outside the map: slot -1 (defined, docs/sglang.md)
+    st.rpi[static_cast<size_t>(uniform(rng, 0, real - 1))] =
+        coin(rng) ? pool + uniform(rng, 0, 100) : -uniform(rng, 1, 5);
+    tags.emplace_back("row_outside_map");
+  }
+}
+
+/// The step's pointers and spans at st's vectors (once they hold their final contents).
+inline void host_spans(SglStep& st) {
+  SglangStep& s = st.s;
+  s.mamba_map = st.map.data();
+  s.mamba_map_len = static_cast<int64_t>(st.map.size());
+  s.req_pool_indices = st.rpi.data();
+  s.seq_lens = st.seq;
+  s.extend_seq_lens = st.ext;
+  s.extend_prefix_lens = st.prefix;
+  if (st.mask) {
+    s.track = true;
+    s.track_mask = std::span<const bool>(st.mask.get(), static_cast<size_t>(s.batch_size));
+    s.track_indices = st.track_indices.data();
+    s.track_seqlens = st.track_seqlens;
+  }
+  st.step = Step{};
+  st.step.sglang = &s;
+}
+
+/// KDA's prefill-graph entry (KDAPrefillGraphMetadata.fill on a bucket): an extend of at most
+/// the bucket's sequences and tokens, SGLang's default sequence cap (128) or a smaller one, the
+/// bucket's buffers filled at random (a fill writes all of them but track_dst past the batch),
+/// tracking (host lists) on buckets with track tables, DP padding now and then.
+inline std::vector<std::string> prefill_graph_step(std::mt19937& rng, const SglangRandomEngine& e,
+                                                   SglStep& st) {
+  using testing::coin;
+  using testing::uniform;
+  const int32_t C = e.config.chunk_size, G = e.cache_chunk_size;
+  SglangStep& s = st.s;
+  const int32_t cap = std::min(e.config.max_num_seqs, testing::pick(rng, {128, 128, 16, 4}));
+  const int32_t bs = batch_size(rng, cap);
+  std::vector<std::string> tags{"prefill_graph/extend"};
+  pool_rows(rng, st, bs, 0, tags);
+  int32_t budget = e.config.max_num_batched_tokens - bs - 512;
+  for (int32_t i = 0; i < bs; ++i) {
+    const int32_t x = extend_len(rng, C, budget + 1);
+    budget -= x - 1;
+    st.prefix.push_back(prefix_len(rng, C));
+    st.ext.push_back(x);
+    st.seq.push_back(static_cast<int64_t>(st.prefix.back()) + x);
+  }
+  const int32_t total = std::accumulate(st.ext.begin(), st.ext.end(), 0);
+  const int32_t tokens = total + (coin(rng, 0.6) ? 0 : uniform(rng, 1, 512));
+  const bool track_tables = coin(rng, 0.5);
+  st.prefill_graph(tokens, std::max(1, std::min(tokens, cap)), track_tables);
+  for (auto* v : {&st.pg_packed, &st.pg_host, &st.pg_cache})
+    for (auto& x : *v) x = fill_value(rng);
+  for (auto& x : st.pg_initial) x = static_cast<uint8_t>(uniform(rng, 0, 1));
+  for (auto& x : st.pg_track_dst) x = fill_value(rng);
+  s.forward_mode = s.logical_mode = SglangMode::Extend;
+  s.batch_size = bs;
+  s.extend_num_tokens = s.num_tokens = total;
+  if (coin(rng, 0.2)) {
+    s.original_batch_size = uniform(rng, 0, bs);
+    tags.emplace_back("original_batch_size");
+  }
+  if (track_tables && coin(rng, 0.7)) {
+    st.mask = std::make_unique<bool[]>(static_cast<size_t>(bs));
+    for (int32_t i = 0; i < bs; ++i) {
+      const auto [on, seqlen] = prefill_track(rng, st.prefix[static_cast<size_t>(i)],
+                                              st.ext[static_cast<size_t>(i)], C, G);
+      st.mask[static_cast<size_t>(i)] = on;
+      st.track_indices.push_back(on || coin(rng) ? uniform(rng, 1, 1 << 20) : -1);
+      st.track_seqlens.push_back(seqlen);
+    }
+  }
+  return tags;
+}
+
 }  // namespace sgl_random
 
 /// Fills `st` (its previous contents dropped) with a random valid step for the engine `e`
@@ -134,6 +228,16 @@ inline std::vector<std::string> random_sglang_step(std::mt19937& rng, const Sgla
        {&st.rpi, &st.seq, &st.track_indices, &st.track_seqlens, &st.track_buf, &st.rnt, &st.rns})
     v->clear();
   st.mask.reset();
+
+  for (auto* v : {&st.pg_packed, &st.pg_host, &st.pg_cache}) v->clear();
+  st.pg_initial.clear();
+  st.pg_track_dst.clear();
+  if (e.prefill_graph && coin(rng, 0.12)) {
+    std::vector<std::string> tags = r::prefill_graph_step(rng, e, st);
+    r::host_spans(st);
+    tags.emplace_back(s.track ? "track=on" : "track=off");
+    return tags;
+  }
 
   // Entry and mode.
   const int32_t ex = uniform(rng, 0, 99);
@@ -194,21 +298,8 @@ inline std::vector<std::string> random_sglang_step(std::mt19937& rng, const Sgla
 
   // The request -> slot map and the rows' request-pool rows (distinct; padding: row 0, or a
   // stale row that a replay zeroes).
-  const int32_t pool = 2 * bs + 16 + uniform(rng, 0, 64);
-  st.map.resize(static_cast<size_t>(pool));
-  for (auto& x : st.map) x = uniform(rng, 0, 1 << 20);
-  std::vector<int64_t> rows(static_cast<size_t>(pool - 1));
-  std::iota(rows.begin(), rows.end(), int64_t{1});
-  std::shuffle(rows.begin(), rows.end(), rng);
-  st.rpi.assign(rows.begin(), rows.begin() + real);
-  for (int32_t i = 0; i < pad; ++i)
-    st.rpi.push_back(coin(rng, 0.7) ? 0 : uniform(rng, 1, pool - 1));
   std::vector<std::string> tags;
-  if (coin(rng, 0.05)) {  // a row outside the map: slot -1 (defined, docs/sglang.md)
-    st.rpi[static_cast<size_t>(uniform(rng, 0, real - 1))] =
-        coin(rng) ? pool + uniform(rng, 0, 100) : -uniform(rng, 1, 5);
-    tags.emplace_back("row_outside_map");
-  }
+  r::pool_rows(rng, st, real, pad, tags);
 
   // Lengths.
   const bool extend_lists =
@@ -288,18 +379,7 @@ inline std::vector<std::string> random_sglang_step(std::mt19937& rng, const Sgla
   }
 
   // Pointers and spans, now that the vectors hold their final contents.
-  s.mamba_map = st.map.data();
-  s.mamba_map_len = static_cast<int64_t>(st.map.size());
-  s.req_pool_indices = st.rpi.data();
-  s.seq_lens = st.seq;
-  s.extend_seq_lens = st.ext;
-  s.extend_prefix_lens = st.prefix;
-  if (st.mask) {
-    s.track = true;
-    s.track_mask = std::span<const bool>(st.mask.get(), static_cast<size_t>(bs));
-    s.track_indices = st.track_indices.data();
-    s.track_seqlens = st.track_seqlens;
-  }
+  r::host_spans(st);
   if (!st.rnt.empty()) {
     s.retrieve_next_token = st.rnt.data();
     s.retrieve_next_sibling = st.rns.data();
@@ -320,9 +400,6 @@ inline std::vector<std::string> random_sglang_step(std::mt19937& rng, const Sgla
     tags.emplace_back(given ? "padding=given" : "padding=counted");
     if (pad > 0) tags.emplace_back("padded_rows");
   }
-  st.step = Step{};
-  st.step.sglang = &s;
-
   const char* entries[] = {"eager", "capture", "replay", "cpu_capture"};
   std::string label = entries[static_cast<int>(s.entry)];
   label.append("/").append(mode);
@@ -334,7 +411,8 @@ inline std::vector<std::string> random_sglang_step(std::mt19937& rng, const Sgla
 
 /// The labels every long enough run of random_sglang_step must produce.
 inline std::vector<std::string> sglang_required_labels(bool tree_drafts = true,
-                                                       bool draft_extend_none = true) {
+                                                       bool draft_extend_none = true,
+                                                       bool prefill_graph = false) {
   std::vector<std::string> out;
   const auto add = [&](const char* entry, const char* mode) {
     const std::string_view m(mode);
@@ -350,7 +428,15 @@ inline std::vector<std::string> sglang_required_labels(bool tree_drafts = true,
   for (const char* t : {"padding=given", "padding=counted", "padded_rows", "track=on", "track=off",
                         "bs>64", "row_outside_map"})
     out.emplace_back(t);
+  if (prefill_graph)
+    for (const char* t : {"prefill_graph/extend", "original_batch_size"}) out.emplace_back(t);
   return out;
+}
+
+/// The labels of a long enough run for an engine of `kind` (for_kind's shapes).
+inline std::vector<std::string> sglang_required_labels(BuilderKind kind) {
+  const SglangRandomEngine e = for_kind(SglangRandomEngine{}, kind);
+  return sglang_required_labels(e.tree_drafts, e.draft_extend_none, e.prefill_graph);
 }
 
 /// The step in a line, for failure messages (with the seed, enough to find it again).

@@ -20,6 +20,10 @@ struct SglStep {
   std::vector<int32_t> map, ext, prefix, state, qsl, rnt_buf, rns_buf, rpt_buf;
   std::vector<int64_t> rpi, seq, track_indices, track_seqlens, track_buf, rnt, rns;
   std::unique_ptr<bool[]> mask;
+  // KDA's prefill-graph tables of one bucket (KDAPrefillGraphMetadata's buffers).
+  std::vector<int32_t> pg_packed, pg_host, pg_cache;
+  std::vector<uint8_t> pg_initial;  ///< bool
+  std::vector<int64_t> pg_track_dst;
   Step step;
 
   SglStep() = default;
@@ -79,6 +83,38 @@ struct SglStep {
     s.track_mask = std::span<const bool>(mask.get(), n);
     s.track_indices = track_indices.data();
     s.track_seqlens = track_seqlens;
+  }
+  /// The PrefillGraph entry on a bucket of num_tokens tokens and max_seqs sequences, its
+  /// buffers as KDAPrefillGraphMetadata.allocate makes them (packed and host 0, cache_indices
+  /// -1, has_initial_state False, track_dst 0).
+  void prefill_graph(int32_t num_tokens, int32_t max_seqs, bool track_tables) {
+    const SglangPrefillGraphLayout l = SglangPrefillGraphLayout::of(num_tokens, max_seqs);
+    const auto rows = static_cast<size_t>(max_seqs);
+    pg_packed.assign(static_cast<size_t>(l.total), 0);
+    pg_host.assign(static_cast<size_t>(l.total), 0);
+    pg_cache.assign(rows, -1);
+    pg_initial.assign(rows, 0);
+    pg_track_dst.assign(rows, 0);
+    s.entry = SglangEntry::PrefillGraph;
+    s.prefill_graph = {num_tokens,
+                       max_seqs,
+                       track_tables,
+                       pg_packed.data(),
+                       l.total,
+                       pg_host.data(),
+                       pg_cache.data(),
+                       reinterpret_cast<bool*>(pg_initial.data()),
+                       pg_track_dst.data()};
+  }
+  /// The prefill-graph buffers' contents.
+  struct Buffers {
+    std::vector<int32_t> packed, host, cache;
+    std::vector<uint8_t> initial;
+    std::vector<int64_t> track_dst;
+    bool operator==(const Buffers&) const = default;
+  };
+  [[nodiscard]] Buffers buffers() const {
+    return {pg_packed, pg_host, pg_cache, pg_initial, pg_track_dst};
   }
   /// A graph entry's static buffers (graph_max_bs 64, k draft tokens), filled with -7777.
   void graph(SglangEntry entry, int32_t k = 1) {

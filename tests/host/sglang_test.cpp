@@ -204,6 +204,111 @@ TEST(Sglang, KdaIsGdnWithoutTheConvBlockTable) {
   EXPECT_EQ(k.sglang->logical_num_tokens, 329);
 }
 
+TEST(Sglang, KdaPrefillGraphTablesOfAKnownBatch) {
+  // Rows (prefix, extend) (0, 70), (5, 3) on a bucket of 100 tokens and 4 sequences:
+  // 100 / 64 -> 2 + 4 = 6 chunk rows, 100 / 8 -> 13 + 4 = 17 conv-block rows.
+  SglangKdaMetadataBuilder b(config(8));
+  SglStep st;
+  st.extend({{0, 70}, {5, 3}}, SglangMode::Extend);
+  st.prefill_graph(100, 4, false);
+  const Metadata& m = b.build(st.step);
+  EXPECT_TRUE(m.sglang);
+  std::vector<int32_t> want{0, 70, 73, 73, 73};  // cu_seqlens, padded with the total
+  for (const int32_t v : {0, 0, 0, 1, 1, 0}) want.push_back(v);  // (seq, chunk) pairs
+  for (int i = 0; i < 3; ++i) want.insert(want.end(), {0, 1 << 20});
+  for (const int32_t v : {0, 2, 3, 3, 3}) want.push_back(v);    // chunk_offsets
+  for (int j = 0; j < 9; ++j) want.insert(want.end(), {0, j});  // 70 tokens: 9 conv blocks
+  want.insert(want.end(), {1, 0});
+  for (int i = 0; i < 7; ++i) want.insert(want.end(), {-1, 0});
+  for (const int32_t v : {-1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 73}) want.push_back(v);
+  EXPECT_EQ(st.pg_packed, want);
+  EXPECT_EQ(st.pg_host, want);  // SGLang's host staging
+  EXPECT_EQ(st.pg_cache, (std::vector<int32_t>{100, 101, -1, -1}));
+  EXPECT_EQ(st.pg_initial, (std::vector<uint8_t>{0, 1, 0, 0}));
+  EXPECT_EQ(st.pg_track_dst, (std::vector<int64_t>{0, 0, 0, 0}));  // no tracked row
+  // A DP-padded batch: the rows past _original_batch_size get slot -1.
+  st.s.original_batch_size = 1;
+  b.build(st.step);
+  EXPECT_EQ(st.pg_cache, (std::vector<int32_t>{100, -1, -1, -1}));
+}
+
+TEST(Sglang, KdaPrefillGraphTrackTables) {
+  // C = 8, G = 32, W = 3; tracked rows 0 (len 40: the final state) and 2 (len 33: chunk 4).
+  SglangKdaMetadataBuilder b(config(8));
+  SglStep st;
+  st.extend({{0, 40}, {16, 4}, {5, 35}}, SglangMode::Extend);
+  st.track();
+  st.prefill_graph(79, 4, true);
+  st.pg_track_dst.assign(4, -9);
+  b.build(st.step);
+  const SglangPrefillGraphLayout l = SglangPrefillGraphLayout::of(79, 4);
+  const auto part = [&](int64_t at, int64_t n) {
+    return std::vector<int32_t>(st.pg_packed.begin() + at, st.pg_packed.begin() + at + n);
+  };
+  EXPECT_EQ(part(l.track_chunk_idx, 4), (std::vector<int32_t>{-1, -1, 4, -1}));
+  EXPECT_EQ(part(l.track_mode, 4),
+            (std::vector<int32_t>{kSglangTrackFinalState, 0, kSglangTrackChunkState, 0}));
+  // The conv window's first token, unclamped: cu_seqlens + floor(len / 32) * 32 - 3.
+  EXPECT_EQ(part(l.track_conv_start, 4), (std::vector<int32_t>{29, 0, 73, 0}));
+  // track_dst[:bs] = mamba_track_indices[:bs]; past the batch untouched.
+  EXPECT_EQ(st.pg_track_dst, (std::vector<int64_t>{200, -1, 202, -9}));
+  EXPECT_EQ(st.pg_host, st.pg_packed);
+  // A mask with no row set: no track rows, track_dst untouched.
+  st.track_indices.assign(3, 7);
+  for (int r = 0; r < 3; ++r) st.mask[r] = false;
+  b.build(st.step);
+  EXPECT_EQ(st.pg_track_dst, (std::vector<int64_t>{200, -1, 202, -9}));
+  EXPECT_EQ(part(l.track_mode, 4), (std::vector<int32_t>{0, 0, 0, 0}));
+}
+
+TEST(Sglang, KdaPrefillGraphRefusalsLeaveTheBucketUntouched) {
+  SglangKdaMetadataBuilder b(config(8));
+  const auto bad = [&](auto&& edit, std::vector<std::string> needles) {
+    SglStep st;
+    st.extend({{1, 40}, {0, 2}, {0, 9}}, SglangMode::Extend);
+    st.prefill_graph(64, 4, false);
+    for (auto* v : {&st.pg_packed, &st.pg_host, &st.pg_cache}) std::fill(v->begin(), v->end(), 5);
+    std::fill(st.pg_initial.begin(), st.pg_initial.end(), 1);
+    std::fill(st.pg_track_dst.begin(), st.pg_track_dst.end(), 6);
+    edit(st);
+    const SglStep::Buffers before = st.buffers();
+    testing::expect_error([&] { b.build(st.step); }, needles);
+    EXPECT_TRUE(st.buffers() == before) << needles[0];
+  };
+  bad([](SglStep& st) { st.prefill_graph(64, 2, false); },
+      {"batch_size = 3", "prefill_graph.max_seqs = 2"});
+  bad([](SglStep& st) { st.prefill_graph(50, 4, false); },
+      {"sum to 51 tokens", "prefill_graph.num_tokens = 50"});
+  bad([](SglStep& st) { st.s.prefill_graph.packed_len -= 1; }, {"prefill_graph.packed_len"});
+  bad([](SglStep& st) { st.s.prefill_graph.max_seqs = 0; }, {"prefill_graph.max_seqs = 0"});
+  bad([](SglStep& st) { st.s.prefill_graph.num_tokens = 1 << 20; },
+      {"prefill_graph.num_tokens = 1048576"});
+  bad([](SglStep& st) { st.s.prefill_graph.cache_indices = nullptr; }, {"must not be null"});
+  bad([](SglStep& st) { st.s.extend_prefix_lens = {}; }, {"extend_prefix_lens"});
+  bad([](SglStep& st) { st.s.original_batch_size = -3; }, {"original_batch_size = -3"});
+  bad([](SglStep& st) { st.track(); }, {"without track tables"});
+  bad(
+      [](SglStep& st) {
+        st.track();
+        st.prefill_graph(64, 4, true);
+        st.s.prefill_graph.track_dst = nullptr;
+      },
+      {"track_dst is null"});
+  bad(
+      [](SglStep& st) {
+        st.track();
+        st.prefill_graph(64, 4, true);
+        st.track_seqlens[0] = 100;  // past the row's extend
+      },
+      {"track_seqlens[0] = 100"});
+  // The other SGLang kinds do not serve the entry.
+  SglStep st;
+  st.extend({{1, 40}}, SglangMode::Extend);
+  st.prefill_graph(64, 4, false);
+  SglangGdnMetadataBuilder gdn(config(8));
+  testing::expect_error([&] { gdn.build(st.step); }, {"sglang_kda serves it"});
+}
+
 TEST(Sglang, RejectedStepsLeaveTheLastMetadata) {
   SglangMamba2MetadataBuilder b(config());
   SglStep good;
@@ -320,6 +425,12 @@ TEST(Sglang, HostileStepsGetMetadataOrAnError) {
     if (pick(0, 1) == 0) {
       st.graph(static_cast<SglangEntry>(pick(1, 3)), std::clamp(st.s.draft_token_num, 1, 8));
       st.s.num_padding = static_cast<int32_t>(pick(0, 2) == 0 ? wild(20) : -1);
+    } else if (pick(0, 3) == 0) {  // KDA's prefill-graph tables, a bucket of any bounds
+      st.prefill_graph(static_cast<int32_t>(wild(700)) & 0xfff, static_cast<int32_t>(pick(1, 16)),
+                       pick(0, 1) == 1);
+      if (pick(0, 3) == 0) st.s.prefill_graph.num_tokens = static_cast<int32_t>(wild(900));
+      if (pick(0, 3) == 0) st.s.prefill_graph.max_seqs = static_cast<int32_t>(wild(40));
+      if (pick(0, 3) == 0) st.s.original_batch_size = static_cast<int32_t>(wild(20));
     }
     if (pick(0, 4) == 0) st.s.batch_size = static_cast<int32_t>(wild(40));  // not the arrays'
     for (MetadataBuilder* b : std::initializer_list<MetadataBuilder*>{&m2, &gdn, &kda, &lt}) {

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 # SglangEntry (linmeta/sglang.hpp).
-EAGER, GRAPH_CAPTURE, GRAPH_REPLAY, CPU_GRAPH_CAPTURE = 0, 1, 2, 3
+EAGER, GRAPH_CAPTURE, GRAPH_REPLAY, CPU_GRAPH_CAPTURE, PREFILL_GRAPH = 0, 1, 2, 3, 4
 
 
 def cpu_capture_batch(bs, num_tokens, req_pool_indices, seq_lens, forward_mode, spec_info):

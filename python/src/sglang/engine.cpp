@@ -132,7 +132,8 @@ class SglangEngine {
   /// The fields of SGLang's metadata object for ForwardBatch `fb` at entry point `entry`
   /// (SglangEntry); `graph`: None, or the backend's static buffers of the batch size
   /// (state indices, query_start_loc, track indices view [:bs] or None, retrieve next token,
-  /// next sibling, parent token lists or None).
+  /// next sibling, parent token lists or None). The PrefillGraph entry (KDA): `graph` is the
+  /// bucket's KDAPrefillGraphMetadata, whose tables it fills; returns None.
   nb::object build(nb::handle fb, int32_t entry, nb::handle graph) {
     const CallGuard guard(*b_, "build");
     callers_.clear();
@@ -173,10 +174,17 @@ class SglangEngine {
     s.tbo = !attr_or_none(fb, "tbo_parent_token_range").is_none();
     read_spec(fb);
     read_track(fb, bs);
-    read_graph(graph);
+    const bool prefill_graph = s.entry == SglangEntry::PrefillGraph;
+    read_graph(prefill_graph ? nb::none() : graph);
+    read_prefill_graph(fb, prefill_graph ? graph : nb::none());
     Step step;
     step.sglang = &s;
     const Metadata& meta = b_->builder.build(step, stream_);
+    if (prefill_graph) {
+      arrays_.clear();
+      callers_.clear();
+      return nb::none();
+    }
     exporter_->begin_result();
     nb::dict out = fields(meta, members_);
     // SGLang keeps the batch's own list.
@@ -203,10 +211,13 @@ class SglangEngine {
   /// `at_least`: elements the step reads from it (fewer: linmeta.Error, no read past it).
   const ImportedArray& import(nb::handle obj, const char* name, bool on_device, bool int64,
                               int64_t at_least = 0) {
+    return import_as(obj, name, on_device, int64 ? kInt64 : kInt32, at_least);
+  }
+  const ImportedArray& import_as(nb::handle obj, const char* name, bool on_device,
+                                 nb::dlpack::dtype want, int64_t at_least) {
     ImportedArray& a = arrays_.emplace_back();
     import_array_into(a, obj, name, stream_);
     const TargetMemory mem = b_->memory();
-    const nb::dlpack::dtype want = int64 ? kInt64 : kInt32;
     if (a.dtype != want)
       throw nb::type_error((std::string("linmeta.sglang: ") + name + " must be " +
                             dtype_name(want) + ", got " + dtype_name(a.dtype))
@@ -333,6 +344,41 @@ class SglangEngine {
         static_cast<int32_t*>(buf(4, "retrieve_next_sibling_list[bs - 1]", false, bs * k));
     g.retrieve_parent_token =
         static_cast<int32_t*>(buf(5, "retrieve_parent_token_list[bs - 1]", false, bs * k));
+  }
+
+  /// KDA's prefill-graph entry: the bucket's KDAPrefillGraphMetadata `meta` (its buffers,
+  /// written by the build) and the batch's _original_batch_size.
+  void read_prefill_graph(nb::handle fb, nb::handle meta) {
+    SglangStep& s = step_;
+    SglangPrefillGraph& pg = s.prefill_graph;
+    pg = SglangPrefillGraph{};
+    s.original_batch_size = -1;
+    if (meta.is_none()) return;
+    nb::object real = attr_or_none(fb, "_original_batch_size");
+    s.original_batch_size = real.is_none() ? -1 : to_int32(real, "_original_batch_size");
+    pg.num_tokens = to_int32(attr_of(meta, "num_tokens"), "prefill_graph.num_tokens");
+    pg.max_seqs = to_int32(attr_of(meta, "max_seqs"), "prefill_graph.max_seqs");
+    pg.track = nb::cast<bool>(attr_of(meta, "track"));
+    const int64_t rows = std::max(pg.max_seqs, 0);
+    const ImportedArray& packed =
+        import(attr_of(meta, "packed"), "prefill_graph.packed", true, false);
+    pg.packed = static_cast<int32_t*>(const_cast<void*>(packed.data));
+    pg.packed_len = packed.shape[0];
+    if (packed.ndim != 1) raise_error("sglang: prefill_graph.packed must be one-dimensional");
+    nb::object host = attr_or_none(meta, "host");
+    if (!host.is_none())
+      pg.host = static_cast<int32_t*>(
+          const_cast<void*>(import(host, "prefill_graph.host", false, false, pg.packed_len).data));
+    pg.cache_indices = static_cast<int32_t*>(const_cast<void*>(
+        device(attr_of(meta, "cache_indices"), "prefill_graph.cache_indices", false, rows)));
+    pg.has_initial_state = static_cast<bool*>(
+        const_cast<void*>(import_as(attr_of(meta, "has_initial_state"),
+                                    "prefill_graph.has_initial_state", true, kBool, rows)
+                              .data));
+    nb::object dst = attr_or_none(meta, "track_dst");
+    if (!dst.is_none())
+      pg.track_dst = static_cast<int64_t*>(
+          const_cast<void*>(device(dst, "prefill_graph.track_dst", true, rows)));
   }
 
   /// The dict of `members` (composites as dicts); arrays at a caller object's address are
