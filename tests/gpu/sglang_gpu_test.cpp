@@ -3,7 +3,8 @@
 // (tests/host/sglang_random_step.hpp):
 //  * the cuda target gives the host target's metadata field for field, the same arrays
 //    handed out as the step's tensors or the backend's graph buffers, and the same side
-//    effects (replay's zeroed request rows, every graph buffer element written or left);
+//    effects (replay's zeroed request rows, every graph buffer element written or left;
+//    KDA's prefill-graph tables and SGLang's host staging of them);
 //  * a build captured into a CUDA graph and replayed after other builds gives its results;
 //  * a rejected step leaves the last metadata, the graph buffers and the batch untouched;
 //  * builds return while a spin kernel holds the stream (no device->host sync), and a
@@ -57,6 +58,10 @@ std::vector<Part> parts_of(const SglStep& st) {
   add("graph.retrieve_next_token", st.rnt_buf);
   add("graph.retrieve_next_sibling", st.rns_buf);
   add("graph.retrieve_parent_token", st.rpt_buf);
+  add("prefill_graph.packed", st.pg_packed);
+  add("prefill_graph.cache_indices", st.pg_cache);
+  add("prefill_graph.has_initial_state", st.pg_initial);
+  add("prefill_graph.track_dst", st.pg_track_dst);
   return out;
 }
 
@@ -109,6 +114,14 @@ class DeviceSglStep {
     g.retrieve_next_token = relocate(g.retrieve_next_token);
     g.retrieve_next_sibling = relocate(g.retrieve_next_sibling);
     g.retrieve_parent_token = relocate(g.retrieve_parent_token);
+    SglangPrefillGraph& pg = step.prefill_graph;
+    pg.packed = relocate(pg.packed);
+    pg.cache_indices = relocate(pg.cache_indices);
+    pg.has_initial_state = relocate(pg.has_initial_state);
+    pg.track_dst = relocate(pg.track_dst);
+    // SGLang's host staging stays host memory: a copy of its own, for the cuda build.
+    pg_host = st.pg_host;
+    if (pg.host != nullptr) pg.host = pg_host.data();
     full = Step{};
     full.sglang = &step;
   }
@@ -132,6 +145,7 @@ class DeviceSglStep {
 
   SglangStep step;
   Step full;
+  std::vector<int32_t> pg_host;  ///< the prefill-graph host staging the cuda build writes
 
  private:
   std::vector<Part> parts_;
@@ -204,6 +218,7 @@ std::string compare(BuilderKind kind, const Metadata& hm, const SglStep& st, con
     report += "\n    the arrays are views of other step arrays or graph buffers";
   const std::string d = parts_diff(parts, dev.contents(), host_contents(parts));
   if (!d.empty()) report += "\n    step arrays / graph buffers differ afterwards: " + d;
+  if (dev.pg_host != st.pg_host) report += "\n    the prefill-graph host staging differs";
   return report;
 }
 
@@ -316,7 +331,7 @@ TEST_P(SglangRandomGpu, CudaTargetMatchesHostTarget) {
   EXPECT_EQ(errors, 0) << "random valid steps were rejected";
   if (total >= 1000) {  // reduced runs (sanitizers) may miss a rare shape
     std::vector<std::string> missing;
-    auto need = test::sglang_required_labels();
+    auto need = test::sglang_required_labels(kind);
     need.insert(need.end(), {"pdl=on", "pdl=off"});
     for (const auto& l : need)
       if (!seen.contains(l)) missing.push_back(l);
@@ -405,6 +420,8 @@ struct BadLists {
 /// plan of the family rejects.
 bool mutate(int which, SglangStep& s, BadLists& lists, int32_t max_rows) {
   const bool eager = s.entry == SglangEntry::Eager;
+  const bool pg = s.entry == SglangEntry::PrefillGraph;  // KDA's prefill-graph tables
+  SglangPrefillGraph& tables = s.prefill_graph;
   const bool verify = s.forward_mode == SglangMode::TargetVerify;
   switch (which) {
     case 0:
@@ -441,7 +458,8 @@ bool mutate(int which, SglangStep& s, BadLists& lists, int32_t max_rows) {
       s.seq_lens = lists.seq;
       return true;
     case 9: {  // a tracked row past its extend
-      if (!eager || s.track_seqlens.empty() || s.logical_mode == SglangMode::Decode) return false;
+      if (!(eager || pg) || s.track_seqlens.empty() || s.logical_mode == SglangMode::Decode)
+        return false;
       for (size_t r = 0; r < s.track_mask.size(); ++r)
         if (s.track_mask[r]) {
           lists.track_seqlens.assign(s.track_seqlens.begin(), s.track_seqlens.end());
@@ -457,7 +475,7 @@ bool mutate(int which, SglangStep& s, BadLists& lists, int32_t max_rows) {
       s.conv_window = kSglangMaxConvWindow + 1;
       return true;
     case 11:
-      if (eager) return false;
+      if (eager || pg) return false;
       s.graph.query_start_loc = nullptr;
       return true;
     case 12:
@@ -465,7 +483,7 @@ bool mutate(int which, SglangStep& s, BadLists& lists, int32_t max_rows) {
       s.num_padding = s.batch_size + 1;
       return true;
     case 13:
-      if (eager) return false;
+      if (eager || pg) return false;
       s.forward_mode = s.logical_mode = SglangMode::Extend;
       return true;
     case 14:
@@ -477,7 +495,7 @@ bool mutate(int which, SglangStep& s, BadLists& lists, int32_t max_rows) {
       s.graph.retrieve_parent_token = nullptr;
       return true;
     case 16:
-      if (eager || s.entry == SglangEntry::CpuGraphCapture || s.track_indices == nullptr)
+      if (eager || pg || s.entry == SglangEntry::CpuGraphCapture || s.track_indices == nullptr)
         return false;
       s.graph.track_indices = nullptr;
       return true;
@@ -491,11 +509,30 @@ bool mutate(int which, SglangStep& s, BadLists& lists, int32_t max_rows) {
         return false;
       s.extend_seq_lens = {};
       return true;
+    case 19:  // more sequences than the bucket holds
+      if (!pg || s.batch_size < 2) return false;
+      tables.max_seqs = s.batch_size - 1;
+      tables.packed_len = SglangPrefillGraphLayout::of(tables.num_tokens, tables.max_seqs).total;
+      return true;
+    case 20:  // more tokens than the bucket holds
+      if (!pg || s.extend_num_tokens < 1) return false;
+      tables.num_tokens = s.extend_num_tokens - 1;
+      tables.packed_len = SglangPrefillGraphLayout::of(tables.num_tokens, tables.max_seqs).total;
+      return true;
+    case 21:
+      if (!pg) return false;
+      tables.packed_len += 1;
+      return true;
+    case 22:  // a tracked batch on a bucket without track tables
+      if (!pg || !s.track) return false;
+      tables.track = false;
+      return true;
     default:
       return false;
   }
 }
-constexpr int kMutations = 19;
+constexpr int kMutations = 23;
+constexpr int kFirstPrefillGraphMutation = 19;
 
 class SglangErrorsGpu : public SglangGpuTest {};
 
@@ -542,8 +579,11 @@ TEST_P(SglangErrorsGpu, RejectedStepsLeaveTheMetadataAndTheBuffersUntouched) {
       EXPECT_EQ(parts_diff(s->dev.parts(), s->dev.contents(), cparts), "") << "cuda: " << where;
     }
   }
+  const bool pg_kind = test::for_kind(test::SglangRandomEngine{}, kind).prefill_graph;
   for (int which = 0; which < kMutations; ++which)
-    EXPECT_GT(rejected[static_cast<size_t>(which)], 0) << "mutation " << which << " never applied";
+    if (pg_kind || which < kFirstPrefillGraphMutation) {
+      EXPECT_GT(rejected[static_cast<size_t>(which)], 0) << "mutation " << which << " never applied";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Sglang, SglangErrorsGpu, ::testing::ValuesIn(kinds()), kind_param);

@@ -4,7 +4,8 @@ the random SGLang steps of tests/sglang/sglang_steps.py (every entry point and m
 with the scheduler's host lists and with device tensors only), handed over as duck-typed
 ForwardBatch objects (SGLang is not needed), and compared field by field: values, dtypes,
 shapes, which fields are the batch's own tensors or the backend's graph buffers, the side
-effects on the batch and every element of the graph buffers. Skipped without torch and a CUDA
+effects on the batch and every element of the graph buffers (and of KDA's prefill-graph
+tables: the bucket's buffers and SGLang's numpy host staging). Skipped without torch and a CUDA
 device (but for the check that every kind has random steps). Random steps: a fixed seed (LINMETA_TEST_SEED overrides it), LINMETA_SGLANG_GPU_STEPS
 per mode (default 200)."""
 
@@ -18,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
 
 import linmeta  # noqa: E402
 from linmeta._linmeta import sglang as native  # noqa: E402
@@ -26,6 +28,7 @@ from linmeta.sglang._batch import (  # noqa: E402  (no SGLang import)
     EAGER,
     GRAPH_CAPTURE,
     GRAPH_REPLAY,
+    PREFILL_GRAPH,
     cpu_capture_batch,
 )
 from vllm_oracle_util import test_seed as run_seed  # noqa: E402
@@ -79,7 +82,9 @@ class Engines:
                 array_type="torch",
             )
             pool = SimpleNamespace(req_index_to_mamba_index_mapping=None)
-            eng = native.Engine(builder, pool, cfg["cache_chunk_size"], CONV_WINDOW, cfg["topk"])
+            # GDN's conv block table: the harness answers SGLang's is_cuda() True.
+            eng = native.Engine(builder, pool, cfg["cache_chunk_size"], CONV_WINDOW, cfg["topk"],
+                                True)
             self.engines[key] = (eng, pool)
         return self.engines[key]
 
@@ -128,6 +133,7 @@ def batch(step: dict, device: str):
             seq_lens_cpu=torch.tensor(seq, dtype=torch.int64),
             num_padding=step.get("num_padding"),
             spec_info=spec_info,
+            _original_batch_size=step.get("original_batch_size"),
         )
         track = step.get("track")
         if track is not None:
@@ -138,10 +144,12 @@ def batch(step: dict, device: str):
             if track["cpu_lists"]:
                 fb.mamba_prefill_track_mask_cpu = list(track["mask"])
                 fb.mamba_track_seqlens_cpu = list(track["seqlens"])
-    entry = {"capture": GRAPH_CAPTURE, "replay": GRAPH_REPLAY,
-             "cpu_capture": CPU_GRAPH_CAPTURE}.get(step["mode"], EAGER)
+    entry = {"capture": GRAPH_CAPTURE, "replay": GRAPH_REPLAY, "cpu_capture": CPU_GRAPH_CAPTURE,
+             "prefill_graph": PREFILL_GRAPH}.get(step["mode"], EAGER)
     graph = None
-    if entry != EAGER:
+    if entry == PREFILL_GRAPH:
+        graph = prefill_graph_tables(step, cfg, device, callers)
+    elif entry != EAGER:
         # The backend's static buffers of this batch size (init_cuda_graph_state's), as
         # linmeta.sglang's backend hands them over.
         gk = max(1, cfg["draft_tokens"])
@@ -163,6 +171,30 @@ def batch(step: dict, device: str):
                     graph[i] = callers[f"{name}_list[bs-1]"] = fill(bs, gk)
         graph = tuple(graph)
     return fb, entry, graph, callers
+
+
+def prefill_graph_tables(step: dict, cfg: dict, device: str, callers: dict):
+    """KDA's KDAPrefillGraphMetadata of the step's bucket, as SGLang's allocate makes it
+    (SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS = 128; a numpy host staging), its buffers among the
+    caller's tensors."""
+    tokens = step["bucket_tokens"]
+    max_seqs = max(1, min(tokens, 128))
+    chunks = -(-tokens // 64) + max_seqs
+    blocks = -(-tokens // 8) + max_seqs
+    total = 2 * (max_seqs + 1) + 2 * chunks + 2 * blocks + 3 * max_seqs + 1
+    zeros = lambda n, dtype: torch.zeros(n, dtype=dtype, device=device)  # noqa: E731
+    callers["prefill_graph.packed"] = zeros(total, torch.int32)
+    callers["prefill_graph.host"] = np.zeros(total, dtype=np.int32)
+    callers["prefill_graph.cache_indices"] = torch.full(
+        (max_seqs,), -1, dtype=torch.int32, device=device)
+    callers["prefill_graph.has_initial_state"] = zeros(max_seqs, torch.bool)
+    callers["prefill_graph.track_dst"] = zeros(max_seqs, torch.int64)
+    return SimpleNamespace(
+        num_tokens=tokens, max_seqs=max_seqs, track=bool(cfg.get("extra_buffer")),
+        flashinfer=None,
+        **{k.removeprefix("prefill_graph."): v for k, v in callers.items()
+           if k.startswith("prefill_graph.")},
+    )
 
 
 def plain(value, callers: dict, key: str = ""):
@@ -212,16 +244,14 @@ def run(engines: Engines, step: dict, device: str):
     if device == "cuda":
         torch.cuda.synchronize()
     got = plain(fields, callers)
-    after = {name: t.cpu().tolist() for name, t in callers.items() if t is not None}
+    after = {name: t.cpu().tolist() if isinstance(t, torch.Tensor) else t.tolist()
+             for name, t in callers.items() if t is not None}
     return got, after
 
 
 def modes_of(kind: str):
     backend = backend_of(kind)
-    if backend not in steps.BACKEND_MODES:
-        return []
-    # prefill_graph (KDA's breakable prefill graphs) is no entry point of the Engine.
-    return [m for m in steps.BACKEND_MODES[backend] if m != "prefill_graph"]
+    return list(steps.BACKEND_MODES.get(backend, ()))
 
 
 PARAMS = [(kind, mode) for kind in linmeta.SGLANG_KINDS for mode in modes_of(kind)]

@@ -24,6 +24,11 @@ CONFIGS = {
     "plain8": {"chunk_size": 8, "cache_chunk_size": 32, "topk": 0, "draft_tokens": 0},
     "chain": {"chunk_size": 16, "cache_chunk_size": 64, "topk": 1, "draft_tokens": 4},
     "tree": {"chunk_size": 16, "cache_chunk_size": 64, "topk": 2, "draft_tokens": 4},
+    # With the radix cache's extra mamba buffer: KDA's prefill-graph buckets with track tables.
+    "plain_xb": {"chunk_size": 16, "cache_chunk_size": 64, "topk": 0, "draft_tokens": 0,
+                 "extra_buffer": True},
+    "plain8_xb": {"chunk_size": 8, "cache_chunk_size": 32, "topk": 0, "draft_tokens": 0,
+                  "extra_buffer": True},
 }
 POOL_SIZE = 320  # request rows 1..319 (row 0 pads), mamba slots 1..320
 GRAPH_MAX_BS = 48  # init_cuda_graph_state / init_cpu_graph_state's max_bs
@@ -159,6 +164,8 @@ def make_step(backend: str, mode: str, rng: random.Random) -> dict:
         real = bs = len(rows)
         reqs, slots = reqs[:real], slots[:real]
         step["forward_mode"] = "EXTEND"
+        if rng.random() < 0.5:  # a bucket with track tables (the extra buffer on)
+            config = step["config"] = config + "_xb"
     elif mode == "mixed":
         prefills = rng.randint(1, min(4, real))
         rows = [(_prefix_len(rng, cfg["chunk_size"]), _extend_len(rng, cfg["chunk_size"]))
@@ -200,7 +207,9 @@ def make_step(backend: str, mode: str, rng: random.Random) -> dict:
             step["spec"]["retrieve_next_sibling"] = [
                 [rng.randint(-1, k - 1) for _ in range(k)] for _ in range(real)]
     # Prefix-cache tracking.
-    if mode in ("extend", "mixed") and rng.random() < 0.6:
+    if mode == "prefill_graph" and CONFIGS[config].get("extra_buffer") and rng.random() < 0.7:
+        step["track"] = _track_block(rng, rows, cfg, True)
+    elif mode in ("extend", "mixed") and rng.random() < 0.6:
         tracked_rows = rows if mode == "extend" else rows[: len(rows) - step["num_running_decodes"]]
         track = _track_block(rng, tracked_rows, cfg, True)
         if mode == "mixed":  # ScheduleBatch.mix_with_running: decode tails untracked

@@ -119,9 +119,13 @@ class Config:
     draft_tokens: int = 0  # speculative_num_draft_tokens
     conv_kernel: int = 4
     max_context_len: int = 4096
+    # The radix cache's extra mamba buffer (mamba_radix_cache_strategy "extra_buffer"): KDA's
+    # prefill-graph buckets then carry track tables.
+    extra_buffer: bool = False
 
     def as_json(self):
-        return {
+        extra = {"extra_buffer": True} if self.extra_buffer else {}
+        return extra | {
             "backend": self.backend,
             "chunk_size": self.chunk_size,
             "cache_chunk_size": self.cache_chunk_size,
@@ -134,7 +138,12 @@ class Config:
 
 
 def _server_args(cfg: Config):
+    extra = (
+        {"disable_radix_cache": False, "mamba_radix_cache_strategy": "extra_buffer"}
+        if cfg.extra_buffer else {}
+    )
     return get_context().override_server_args(
+        **extra,
         attention_backend="triton",
         chunked_prefill_size=-1,
         cuda_graph_config=CudaGraphConfig(
