@@ -58,7 +58,13 @@ seed):
                   every row, with the scheduler's host lists (EXTEND);
 * ``track_dev``   the same without the host lists (device tensors only);
 * ``replay``      decode B = 256 through init_forward_metadata_out_graph (graph replay,
-                  after init_cuda_graph_state(256, 256)).
+                  after init_cuda_graph_state(256, 256));
+* ``prefill_graph``  KDA only: refresh_prefill_graph_metadata of 16 extends (prefix 0 or
+                  1024, 100 to 500 new tokens) on a bucket of 8,192 tokens (its tables
+                  allocated once by init_prefill_graph_metadata, outside the timing);
+* ``prefill_graph_track``  the same with the radix cache's extra buffer (track tables) and
+                  prefix-cache tracking on every row that reaches the cache grid, with the
+                  scheduler's host lists.
 
 Chunk sizes: Mamba2 mamba_chunk_size 128, the others 64; mamba_cache_chunk_size 256.
 """
@@ -90,7 +96,10 @@ import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 BACKENDS = ("mamba2", "gdn", "kda", "short_conv", "lightning")
-STEPS = ("decode", "mixed", "track", "track_dev", "replay")
+STEPS = ("decode", "mixed", "track", "track_dev", "replay", "prefill_graph", "prefill_graph_track")
+#: Steps of one backend's own entry points.
+OWN_STEPS = {"prefill_graph": "kda", "prefill_graph_track": "kda"}
+PREFILL_BUCKET = 8192
 POOL = 512
 
 
@@ -103,6 +112,9 @@ def make_step(backend: str, name: str, chunk: int, cache_chunk: int) -> dict:
         rows = [(0, 512), (1024, 512), (0, 300), (2048, 200)]
         rows += [(1000 + i, 1) for i in range(252)]
         forward_mode = "MIXED"
+    elif name.startswith("prefill_graph"):
+        rows = [(rng.choice([0, 1024]), rng.randint(100, 500)) for _ in range(16)]
+        forward_mode = "EXTEND"
     else:
         rows = [(rng.choice([0, 1024]), 300) for _ in range(8)]
         forward_mode = "EXTEND"
@@ -118,14 +130,16 @@ def make_step(backend: str, name: str, chunk: int, cache_chunk: int) -> dict:
     if forward_mode != "DECODE":
         step["extend_prefix_lens"] = [p for p, _ in rows]
         step["extend_seq_lens"] = [e for _, e in rows]
-    if name.startswith("track"):
+    if name.startswith("track") or name == "prefill_graph_track":
         mask, seqlens = [], []
         for p, e in rows:  # ScheduleBatch's track seqlen for these rows
             aligned = p + (e // cache_chunk) * cache_chunk
             seqlens.append(p + e if p + (e // chunk) * chunk == aligned else aligned + 1)
             mask.append(True)
+            if name == "prefill_graph_track" and e < cache_chunk:  # the scheduler's rule
+                mask[-1], seqlens[-1] = False, -1
         step["track"] = {"mask": mask, "indices": rng.sample(range(1, POOL + 1), n),
-                         "seqlens": seqlens, "cpu_lists": name == "track"}
+                         "seqlens": seqlens, "cpu_lists": name != "track_dev"}
     if name == "replay":
         step["num_padding"] = 0
     return step
@@ -184,7 +198,7 @@ def _flat(xs):
     return out
 
 
-def count(world, step, fb):
+def count(call, fb):
     """One call under the counter, with Tensor.cpu / tolist / numpy / to tracked."""
     host = {id(fb.seq_lens_cpu)}
     counter = Counter(host)
@@ -215,21 +229,21 @@ def count(world, step, fb):
     torch.Tensor.to = to
     try:
         with counter:
-            sglang_cases.run_entry(step, world, fb)
+            call()
     finally:
         for m, f in originals.items():
             setattr(torch.Tensor, m, f)
     return counter.ops, counter.parts
 
 
-def cuda_syncs(world, step, fb) -> int:
+def cuda_syncs(call) -> int:
     """The synchronizing CUDA operations torch reports in one call (module docstring)."""
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            sglang_cases.run_entry(step, world, fb)
+            call()
         finally:
             torch.cuda.set_sync_debug_mode("default")
     return sum("synchronizing CUDA operation" in str(w.message) for w in caught)
@@ -266,7 +280,8 @@ def linmeta_classes() -> dict:
 
 def bench_one(backend: str, name: str, iters: int, warmup: int, impl: str = "sglang") -> dict:
     chunk = 128 if backend == "mamba2" else 64
-    cfg = sw.Config(backend=backend, chunk_size=chunk, cache_chunk_size=256, pool_size=POOL)
+    cfg = sw.Config(backend=backend, chunk_size=chunk, cache_chunk_size=256, pool_size=POOL,
+                    extra_buffer=name == "prefill_graph_track")
     saved = sw.BACKENDS[backend]
     if impl == "linmeta":
         sw.BACKENDS[backend] = linmeta_classes()[backend]
@@ -280,15 +295,21 @@ def bench_one(backend: str, name: str, iters: int, warmup: int, impl: str = "sgl
         step = make_step(backend, name, chunk, 256)
         fb = sglang_cases.forward_batch(step, world)
         call = lambda: sglang_cases.run_entry(step, world, fb)  # noqa: E731
+        if name.startswith("prefill_graph"):  # the bucket's tables allocated once, untimed
+            real = fb.extend_num_tokens
+            fb.extend_num_tokens = PREFILL_BUCKET
+            meta = world.backend.init_prefill_graph_metadata(fb)
+            fb.extend_num_tokens = real
+            call = lambda: world.backend.refresh_prefill_graph_metadata(meta, fb)  # noqa: E731
         cuda = {}
         if sw.DEVICE == "cuda":
             sync = torch.cuda.synchronize
             us = timed(call, iters, warmup, before=sync)
             cuda["done_us"] = timed(lambda: (call(), sync()), iters, 0, before=sync)
-            cuda["cuda_syncs"] = cuda_syncs(world, step, fb)
+            cuda["cuda_syncs"] = cuda_syncs(call)
         else:
             us = timed(call, iters, warmup)
-        ops, parts = count(world, step, fb)
+        ops, parts = count(call, fb)
     finally:
         world.close()
     return {"backend": backend, "step": name, "impl": impl, "us": us, "ops": ops,
@@ -310,6 +331,8 @@ def main(argv=None) -> int:
     served = linmeta_classes()
     for backend in args.backend or BACKENDS:
         for name in args.step or STEPS:
+            if OWN_STEPS.get(name, backend) != backend:
+                continue
             ours = {}
             for impl in args.impl or ("sglang", "linmeta"):
                 if impl == "linmeta" and backend not in served:
