@@ -582,7 +582,8 @@ TEST_P(SglangErrorsGpu, RejectedStepsLeaveTheMetadataAndTheBuffersUntouched) {
   const bool pg_kind = test::for_kind(test::SglangRandomEngine{}, kind).prefill_graph;
   for (int which = 0; which < kMutations; ++which)
     if (pg_kind || which < kFirstPrefillGraphMutation) {
-      EXPECT_GT(rejected[static_cast<size_t>(which)], 0) << "mutation " << which << " never applied";
+      EXPECT_GT(rejected[static_cast<size_t>(which)], 0)
+          << "mutation " << which << " never applied";
     }
 }
 
