@@ -57,6 +57,7 @@ std::vector<Part> parts_of(const SglStep& st) {
   add("graph.retrieve_next_token", st.rnt_buf);
   add("graph.retrieve_next_sibling", st.rns_buf);
   add("graph.retrieve_parent_token", st.rpt_buf);
+  add("cache_indices_buf", st.cache_buf);
   return out;
 }
 
@@ -109,6 +110,7 @@ class DeviceSglStep {
     g.retrieve_next_token = relocate(g.retrieve_next_token);
     g.retrieve_next_sibling = relocate(g.retrieve_next_sibling);
     g.retrieve_parent_token = relocate(g.retrieve_parent_token);
+    step.cache_indices_buf = relocate(st.s.cache_indices_buf);
     full = Step{};
     full.sglang = &step;
   }

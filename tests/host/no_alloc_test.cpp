@@ -315,6 +315,7 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
   SglangGdnMetadataBuilder gdn(c);
   SglangLightningMetadataBuilder lightning(c);
   SglangKdaMetadataBuilder kda(c);
+  SglangShortConvMetadataBuilder short_conv(c);
   std::vector<std::unique_ptr<test::SglStep>> steps;
   const auto add = [&]() -> test::SglStep& { return *steps.emplace_back(new test::SglStep); };
   add().rows(40);  // decode
@@ -322,6 +323,10 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
   mixed.extend({{0, 300}, {1024, 70}, {5, 33}, {90, 1}, {91, 1}}, SglangMode::Mixed);
   mixed.track();
   mixed.s.conv_block_table = true;
+  mixed.s.host_mirrors = true;
+  mixed.cache_buf.assign(48, 0);
+  mixed.s.cache_indices_buf = mixed.cache_buf.data();
+  mixed.s.cache_indices_buf_len = 48;
   test::SglStep& verify = add();
   verify.rows(6);
   verify.s.forward_mode = verify.s.logical_mode = SglangMode::TargetVerify;
@@ -348,6 +353,7 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
     b.build(st->step);
     gdn.build(st->step);
     kda.build(st->step);
+    short_conv.build(st->step);
     if (lightning_takes(*st)) lightning.build(st->step);
   }
   int64_t checksum = 0;
@@ -356,6 +362,7 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
     for (const auto& st : steps) {
       checksum += b.build(st->step).sglang->num_decodes + gdn.build(st->step).sglang->num_decodes;
       checksum += kda.build(st->step).sglang->draft_token_num;
+      checksum += short_conv.build(st->step).sglang->cache_indices.rows;
       if (lightning_takes(*st)) checksum += lightning.build(st->step).sglang->batch_size;
     }
   count.stop();
