@@ -9,7 +9,7 @@
 #      linmeta-sglang-replay (host target, and cuda with --cuda).
 # Not part of .ci/run: the venv is ~11 GB.
 #
-#   scripts/sglang-diff.sh [--steps N] [--seed S] [--backends "mamba2 gdn kda lightning"] [--cuda]
+#   scripts/sglang-diff.sh [--steps N] [--seed S] [--backends "mamba2 gdn kda lightning short_conv"] [--cuda]
 #
 # --steps N   steps per mode (default 2000); the modes are sglang_steps.py's
 # --cuda      also replay the cases on the cuda target (needs a GPU)
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 source scripts/env.sh
 
-STEPS=2000 SEED=1 BACKENDS="mamba2 gdn kda lightning" CUDA=0
+STEPS=2000 SEED=1 BACKENDS="mamba2 gdn kda lightning short_conv" CUDA=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS=$2; shift 2 ;;

@@ -12,8 +12,10 @@
 #
 # CARRY_DIR: default .sglang-carry. Environment: OUT (where the JSON and logs go; default
 # build/gpu-sgl/out), LINMETA_SGLANG_BUILD (the build folder, default build/gpu-sgl),
-# DEVICES (default "cuda cpu"), ITERS (default 30), DIFF_COUNT (linmeta_diff.py steps per
-# device, default 900: 100 per mode; 0: none). Python: python3 (3.12 with torch there).
+# LINMETA_SGLANG_WHEEL (a linmeta wheel built elsewhere for this Python: installed instead of
+# building the extension here), DEVICES (default "cuda cpu"), ITERS (default 30), DIFF_COUNT
+# (linmeta_diff.py steps per backend and device, default 900: 100 per mode; 0: none),
+# DIFF_BACKENDS (default "mamba2 gdn kda lightning short_conv"). Python: python3 (3.12 with torch there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -32,13 +34,21 @@ tar xzf "$CARRY"/sglang-*-pruned.tgz -C "$SITE"
 "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile \
   --no-cache-dir --target "$SITE" "$CARRY"/wheels/*.whl
 
-echo "== building linmeta's Python extension in $BUILD"
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINMETA_BUILD_PYTHON=ON \
-  -DLINMETA_BUILD_TESTS=OFF -DLINMETA_BUILD_TOOLS=OFF -DPython_EXECUTABLE="$PY" \
-  -DCMAKE_CUDA_ARCHITECTURES="${LINMETA_CUDA_ARCHITECTURES:-90}" > "$DEST/cmake.log"
-cmake --build "$BUILD" --target _linmeta >> "$DEST/cmake.log"
+if [ -n "${LINMETA_SGLANG_WHEEL:-}" ]; then
+  echo "== installing $LINMETA_SGLANG_WHEEL into $SITE"
+  "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile \
+    --no-cache-dir --target "$SITE" "$LINMETA_SGLANG_WHEEL"
+  LINMETA_PATH=
+else
+  echo "== building linmeta's Python extension in $BUILD"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINMETA_BUILD_PYTHON=ON \
+    -DLINMETA_BUILD_TESTS=OFF -DLINMETA_BUILD_TOOLS=OFF -DPython_EXECUTABLE="$PY" \
+    -DCMAKE_CUDA_ARCHITECTURES="${LINMETA_CUDA_ARCHITECTURES:-90}" > "$DEST/cmake.log"
+  cmake --build "$BUILD" --target _linmeta >> "$DEST/cmake.log"
+  LINMETA_PATH=":$ROOT/$BUILD/python"
+fi
 
-export PYTHONPATH="$SITE:$ROOT/tests/sglang/stubs:$ROOT/$BUILD/python"
+export PYTHONPATH="$SITE:$ROOT/tests/sglang/stubs$LINMETA_PATH"
 export PYTHONUNBUFFERED=1
 "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
       "cuda", torch.cuda.is_available() and torch.cuda.get_device_name())'
@@ -51,10 +61,12 @@ for device in ${DEVICES:-cuda cpu}; do
   fi
   count=${DIFF_COUNT:-900}
   [ "$count" -gt 0 ] || continue
-  echo "== linmeta_diff.py on $device tensors: $count Mamba2 steps"
-  if ! LINMETA_SGLANG_DEVICE=$device "$PY" tests/sglang/linmeta_diff.py --backend mamba2 \
-      --count "$count" --seed 1 2>&1 | tee "$DEST/diff-$device.log"; then
-    status=1
-  fi
+  for backend in ${DIFF_BACKENDS:-mamba2 gdn kda lightning short_conv}; do
+    echo "== linmeta_diff.py on $device tensors: $count $backend steps"
+    if ! LINMETA_SGLANG_DEVICE=$device "$PY" tests/sglang/linmeta_diff.py --backend "$backend" \
+        --count "$count" --seed 1 2>&1 | tee "$DEST/diff-$backend-$device.log"; then
+      status=1
+    fi
+  done
 done
 exit $status

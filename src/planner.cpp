@@ -85,6 +85,8 @@ void carve_plan(const PlanStorage& storage, Carver& c, StepPlan& p) {
   p.sgl.re_end = c.take(SR, "sgl.re_end");
   p.sgl.initial = c.take(SR, "sgl.initial");
   p.sgl.extend_lens = c.take(SR, "sgl.extend_lens");
+  const std::span<int32_t> flags = c.take(SR, "sgl.prefix_cpu");  // holds SR bools
+  p.sgl.prefix_cpu = {reinterpret_cast<bool*>(flags.data()), SR};
   p.sgl.unaligned = c.take(SR, "sgl.unaligned");
   p.sgl.chunk_idx = c.take(SR, "sgl.chunk_idx");
   p.sgl.conv_start = c.take(SR, "sgl.conv_start");

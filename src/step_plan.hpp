@@ -138,6 +138,9 @@ struct SglangPlan {
   bool is_target_verify = false;
   int32_t draft_token_num = 1;
   bool has_track_mask = false;
+  /// SGLang's _has_cpu_prefill_track_metadata: an extend (not verify) with the scheduler's
+  /// four host lists; the common part then hands out the tracked rows.
+  bool cpu_track = false;
   // Prefix-cache tracking of an extend (docs/sglang.md: _init_track_*_indices).
   bool track_extend = false;
   int32_t n_tracked = 0, n_final = 0, n_h = 0, n_re = 0;
@@ -175,6 +178,10 @@ struct SglangPlan {
   int32_t pg_rows = 0;          ///< the bucket's max_seqs
   bool pg_track_dst = false;    ///< track_dst[:bs] is written (a row is tracked)
   std::span<int32_t> pg_table;  ///< [pg_len] KDAPrefillGraphMetadata.packed's contents
+  // ShortConv.
+  bool cache_buf = false;      ///< cache_indices written into the step's _cache_indices_buf
+  bool initial_state = false;  ///< has_initial_state present (eager EXTEND / MIXED)
+  std::span<bool> prefix_cpu;  ///< [bs] has_prefix_cpu (host memory of the metadata)
 };
 
 /// One step's plan: what every kind plans, and each family's own part. Every value has its

@@ -139,6 +139,7 @@ BuilderKind kind_of(const std::string& backend) {
   if (backend == "gdn") return BuilderKind::SglangGdn;
   if (backend == "lightning") return BuilderKind::SglangLightning;
   if (backend == "kda") return BuilderKind::SglangKda;
+  if (backend == "short_conv") return BuilderKind::SglangShortConv;
   throw std::runtime_error("no linmeta kind for SGLang backend " + backend);
 }
 
@@ -200,6 +201,7 @@ class Checker {
     s.conv_window = cfg.at("conv_kernel").get<int32_t>() - 1;
     s.topk = cfg.at("topk").get<int32_t>();
     s.conv_block_table = true;  // the harness answers GDN's is_cuda() True
+    s.host_mirrors = true;      // ShortConvAttnBackend.needs_extend_host_mirrors
     int32_t k = 1;
     std::vector<int64_t> rnt, rns;
     if (in.contains("spec")) {
@@ -234,6 +236,8 @@ class Checker {
         track_seqlens = ints<int64_t>(t.at("seqlens"));
         s.track_seqlens = track_seqlens;
       }
+      // The scheduler's host lists (mamba_prefill_track_mask_cpu, mamba_track_seqlens_cpu).
+      s.track_lists = t.value("cpu_lists", false) && !t.at("seqlens").is_null();
     }
     if (in.contains("original_batch_size"))
       s.original_batch_size = in.at("original_batch_size").get<int32_t>();
@@ -262,6 +266,13 @@ class Checker {
       buffers["retrieve_next_sibling_list" + at] = {s.graph.retrieve_next_sibling, DType::Int32};
       buffers["retrieve_parent_token_list" + at] = {s.graph.retrieve_parent_token, DType::Int32};
     }
+    // ShortConv's _cache_indices_buf: made with the graph state (any entry then writes it).
+    if (kind == BuilderKind::SglangShortConv && cfg.value("graph", "none") != "none") {
+      const auto n = static_cast<size_t>(cfg.at("graph_max_bs").get<int32_t>());
+      s.cache_indices_buf = mem.put(std::vector<int64_t>(n, kUnwritten));
+      s.cache_indices_buf_len = static_cast<int64_t>(n);
+      buffers["_cache_indices_buf"] = {s.cache_indices_buf, DType::Int64};
+    }
     linmeta::Step step;
     step.sglang = &s;
 
@@ -276,11 +287,14 @@ class Checker {
     const linmeta::Metadata& m = b.build(step);
     if (target_ == Target::Cuda) cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     const json& out = c.at("output");
-    if (pg)
+    if (pg) {
       pg->compare(out.at("backend").at("prefill_graph_metadata"), mem);
-    else
+    } else {
       compare(kind, m, out.at("forward_metadata"), mem, out.value("aliases", json::object()),
               buffers);
+      if (kind == BuilderKind::SglangShortConv)
+        compare_conv_state(kind, m, out.at("backend").at("conv_state_metadata"), mem);
+    }
     // Side effects on the batch.
     const json& fb = out.at("forward_batch");
     compare_tensor("forward_batch.req_pool_indices", fb.at("req_pool_indices"),
@@ -443,6 +457,25 @@ class Checker {
     }
   }
 
+  /// ShortConv's conv_state_metadata(): its fields are the kind's rows of the same names
+  /// (query_start_loc is the metadata's); slot_ids_cpu is the plugin's host copy of
+  /// cache_indices, present exactly when has_prefix_cpu is.
+  void compare_conv_state(BuilderKind kind, const linmeta::Metadata& got, const json& want,
+                          const Mem& mem) {
+    linmeta::Metadata m = got;
+    json fields = want.at("fields");
+    const json slots = fields.at("slot_ids_cpu");
+    fields.erase("slot_ids_cpu");
+    compare_object(kind, m, json{{"fields", fields}}, "sglang.", mem);
+    const Array& prefix = m.sglang->has_prefix_cpu;
+    if (slots.is_null() != !prefix.present)
+      differ(fmt::format("conv_state_metadata.slot_ids_cpu: SGLang's {}, has_prefix_cpu {}",
+                         slots.is_null() ? "None" : "a list", prefix.present ? "present" : "None"));
+    const Array& ci = m.sglang->cache_indices;
+    if (!slots.is_null() && mem.read(ci.data, ci.dtype, ci.size(), false) != ints<int64_t>(slots))
+      differ("conv_state_metadata.slot_ids_cpu: " + slots.dump() + " is not cache_indices");
+  }
+
   void compare(BuilderKind kind, const linmeta::Metadata& got, const json& want, const Mem& mem,
                const json& aliases,
                const std::map<std::string, std::pair<const void*, DType>>& buffers) {
@@ -460,7 +493,12 @@ class Checker {
       for (const auto& [bname, buf] : buffers)
         if (a.data == buf.first) ours[std::string(spec.name).substr(7)] = a.data;
     });
-    for (const auto& [field, where] : aliases.items()) {
+    for (const auto& [alias, where] : aliases.items()) {
+      // ShortConv's conv_state_metadata fields are the kind's rows of the same names.
+      const std::string prefix = "conv_state_metadata.";
+      const bool conv_state = alias.starts_with(prefix);
+      const std::string field = conv_state ? alias.substr(prefix.size()) : alias;
+      if (conv_state && field == "query_start_loc") continue;  // the metadata's own (above)
       const std::string bname = where.at(0).get<std::string>();
       const auto it = buffers.find(bname);
       if (it == buffers.end()) differ("alias to unknown buffer " + bname);

@@ -270,12 +270,13 @@ def timed(fn, iters: int, warmup: int, before=None):
 def linmeta_classes() -> dict:
     """linmeta.sglang's classes by backend (none when linmeta is not importable)."""
     try:
-        from linmeta.sglang import gdn, kda, lightning, mamba2
+        from linmeta.sglang import gdn, kda, lightning, mamba2, short_conv
     except ImportError:
         return {}
     return {"mamba2": mamba2.LinmetaMamba2AttnBackend, "gdn": gdn.LinmetaGDNAttnBackend,
             "lightning": lightning.LinmetaLightningAttentionBackend,
-            "kda": kda.LinmetaKDAAttnBackend}
+            "kda": kda.LinmetaKDAAttnBackend,
+            "short_conv": short_conv.LinmetaShortConvAttnBackend}
 
 
 def bench_one(backend: str, name: str, iters: int, warmup: int, impl: str = "sglang") -> dict:

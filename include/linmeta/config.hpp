@@ -77,6 +77,7 @@ enum class BuilderFamily : int32_t {
 ///  SglangGdn      SGLang's GDNAttnBackend                (SGLang: Qwen3-Next, Qwen3.5, ...)
 ///  SglangLightning  SGLang's LightningAttentionBackend   (SGLang: Bailing / Ling, MiniCPM)
 ///  SglangKda      SGLang's KDAAttnBackend                (SGLang: Kimi Linear, GLM-5-Next)
+///  SglangShortConv  SGLang's ShortConvAttnBackend       (SGLang: LFM2, ZAYA1)
 /// It generates BuilderKind, kNumBuilderKinds, the family predicates below,
 /// names::kBuilderKinds (the name case files, the bench and Python use), the
 /// <Enumerator>MetadataBuilder aliases (builder.hpp) and the kind table of the library
@@ -95,7 +96,8 @@ enum class BuilderFamily : int32_t {
   X(SglangMamba2, "sglang_mamba2", Sglang)       \
   X(SglangGdn, "sglang_gdn", Sglang)             \
   X(SglangLightning, "sglang_lightning", Sglang) \
-  X(SglangKda, "sglang_kda", Sglang)
+  X(SglangKda, "sglang_kda", Sglang)             \
+  X(SglangShortConv, "sglang_short_conv", Sglang)
 
 enum class BuilderKind : int32_t {
 #define LINMETA_KIND_ENUMERATOR(K, name, family) K,

@@ -66,12 +66,15 @@ inline constexpr uint32_t SM2 = 1U << static_cast<int>(BuilderKind::SglangMamba2
 inline constexpr uint32_t SGD = 1U << static_cast<int>(BuilderKind::SglangGdn);
 inline constexpr uint32_t SLT = 1U << static_cast<int>(BuilderKind::SglangLightning);
 inline constexpr uint32_t SKD = 1U << static_cast<int>(BuilderKind::SglangKda);
-inline constexpr uint32_t SGL = SM2 | SGD | SLT | SKD;  ///< the SGLang kinds (Metadata::sglang)
-inline constexpr uint32_t SGK = SGD | SKD;              ///< SGLang's GDN and KDA
-inline constexpr uint32_t SMG = SM2 | SGK;              ///< SGLang's Mamba2, GDN and KDA
-inline constexpr uint32_t SML = SM2 | SLT;  ///< SGLang's own dataclasses (Mamba2, Lightning)
-inline constexpr uint32_t GK = G | K;       ///< GDN and KDA
-inline constexpr uint32_t GKP = GK | PSC;   ///< the speculative split's fields
+inline constexpr uint32_t SCV = 1U << static_cast<int>(BuilderKind::SglangShortConv);
+/// the SGLang kinds (Metadata::sglang)
+inline constexpr uint32_t SGL = SM2 | SGD | SLT | SKD | SCV;
+inline constexpr uint32_t SGK = SGD | SKD | SCV;  ///< SGLang's plain ForwardMetadata kinds
+inline constexpr uint32_t SMG = SM2 | SGD | SKD;  ///< SGLang's Mamba2, GDN and KDA
+inline constexpr uint32_t SNL = SMG | SCV;        ///< every SGLang kind but Lightning
+inline constexpr uint32_t SML = SM2 | SLT;        ///< SGLang's own dataclasses (Mamba2, Lightning)
+inline constexpr uint32_t GK = G | K;             ///< GDN and KDA
+inline constexpr uint32_t GKP = GK | PSC;         ///< the speculative split's fields
 inline constexpr uint32_t MB = M2 | M1 | SC | PSC;  ///< the Mamba base builders
 inline constexpr uint32_t LA = L | BL;              ///< linear attention
 inline constexpr uint32_t LAP = LA | PSC;           ///< query_start_loc, state_indices_tensor
@@ -118,13 +121,13 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
     LINMETA_SGL(conv_block_table))                                                                 \
   X(SglLogicalNumTokens, "sglang.logical_num_tokens", SGK, Int32, Vec, Batch, None, None,          \
     LINMETA_SGL(logical_num_tokens))                                                               \
-  X(SglRetrieveNextToken, "sglang.retrieve_next_token", SMG, Int64, Vec, Batch, Input, None,       \
+  X(SglRetrieveNextToken, "sglang.retrieve_next_token", SNL, Int64, Vec, Batch, Input, None,       \
     LINMETA_SGL(retrieve_next_token))                                                              \
-  X(SglRetrieveNextSibling, "sglang.retrieve_next_sibling", SMG, Int64, Vec, Batch, Input, None,   \
+  X(SglRetrieveNextSibling, "sglang.retrieve_next_sibling", SNL, Int64, Vec, Batch, Input, None,   \
     LINMETA_SGL(retrieve_next_sibling))                                                            \
-  X(SglRetrieveParentToken, "sglang.retrieve_parent_token", SMG, Int64, Vec, Batch, Tokens, None,  \
+  X(SglRetrieveParentToken, "sglang.retrieve_parent_token", SNL, Int64, Vec, Batch, Tokens, None,  \
     LINMETA_SGL(retrieve_parent_token))                                                            \
-  X(SglTrackConvIndices, "sglang.track_conv_indices", SMG, Int64, Vec, Batch, RowsConv, None,      \
+  X(SglTrackConvIndices, "sglang.track_conv_indices", SNL, Int64, Vec, Batch, RowsConv, None,      \
     LINMETA_SGL(track_conv_indices))                                                               \
   X(SglTrackSsmHSrc, "sglang.track_ssm_h_src", SGL, Int64, Vec, Batch, Rows, None,                 \
     LINMETA_SGL(track_ssm_h_src))                                                                  \
@@ -150,7 +153,7 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
     LINMETA_SGL(draft_token_num))                                                                  \
   X(SglHasMambaTrackMask, "sglang.has_mamba_track_mask", SGL, Bool, Vec, Batch, None, None,        \
     LINMETA_SGL(has_mamba_track_mask))                                                             \
-  X(SglMambaTrackMaskIndices, "sglang.mamba_track_mask_indices", SMG, Int64, Vec, Batch, Rows,     \
+  X(SglMambaTrackMaskIndices, "sglang.mamba_track_mask_indices", SNL, Int64, Vec, Batch, Rows,     \
     None, LINMETA_SGL(mamba_track_mask_indices))                                                   \
   X(SglConvStatesMaskIndices, "sglang.conv_states_mask_indices", SMG, Int64, Vec, Batch, Rows,     \
     None, LINMETA_SGL(conv_states_mask_indices))                                                   \
@@ -165,6 +168,12 @@ inline constexpr uint32_t All = GK | MB | LA;  ///< the kinds with step counts (
   X(SglHasInitialStatesLt, "sglang.has_initial_states", SLT, Int64, Vec, Batch, Rows, None,        \
     LINMETA_SGL(has_initial_states))                                                               \
   X(SglQLengths, "sglang.q_lengths", SLT, Int32, Vec, Batch, Rows, None, LINMETA_SGL(q_lengths))   \
+  X(SglCacheIndices, "sglang.cache_indices", SCV, Int64, Vec, Batch, Rows, None,                   \
+    LINMETA_SGL(cache_indices))                                                                    \
+  X(SglHasInitialState, "sglang.has_initial_state", SCV, Bool, Vec, Batch, Rows, None,             \
+    LINMETA_SGL(has_initial_state))                                                                \
+  X(SglHasPrefixCpu, "sglang.has_prefix_cpu", SCV, Bool, List, Batch, Host, None,                  \
+    LINMETA_SGL(has_prefix_cpu))                                                                   \
   X(SglMixed, "sglang.mixed_metadata", SM2, Int32, Vec, Batch, None, None,                         \
     LINMETA_SGL(mixed_metadata))                                                                   \
   X(SglHasInitialStates, "sglang.mixed_metadata.has_initial_states", SM2, Bool, Vec, Batch, Rows,  \

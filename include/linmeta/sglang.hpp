@@ -139,6 +139,9 @@ struct SglangStep {
   bool track = false;                      ///< mamba_track_mask is set
   std::span<const bool> track_mask;        ///< [bs]
   std::span<const int64_t> track_seqlens;  ///< mamba_track_seqlens [bs], or empty (None)
+  /// The scheduler's host lists mamba_prefill_track_mask_cpu and mamba_track_seqlens_cpu
+  /// were given, batch_size entries each (track_mask and track_seqlens are their values).
+  bool track_lists = false;
 
   // Device arrays.
   const int32_t* mamba_map = nullptr;  ///< req_index_to_mamba_index_mapping
@@ -158,6 +161,15 @@ struct SglangStep {
   int32_t original_batch_size = -1;
   /// The PrefillGraph entry: the bucket's tables.
   SglangPrefillGraph prefill_graph;
+  // ShortConv (SGLang's ShortConvAttnBackend).
+  /// needs_extend_host_mirrors: an eager extend hands out has_prefix_cpu (and the plugin
+  /// the slots as a host list, slot_ids_cpu).
+  bool host_mirrors = false;
+  /// _cache_indices_buf (int64 [cache_indices_buf_len], made by init_cuda_graph_state /
+  /// init_cpu_graph_state; null before): any entry writes the slots into it when the batch
+  /// fits, else cache_indices is an array of the builder's. Target memory.
+  int64_t* cache_indices_buf = nullptr;
+  int64_t cache_indices_buf_len = 0;
 };
 
 /// Mamba2Metadata.MixedMetadata (SGLang's mamba2_metadata.py).
@@ -211,6 +223,10 @@ struct SglangMetadata {
   int32_t batch_size = 0;
   Array has_initial_states;  ///< bool [bs] (extend), int64 ones [bs] (decode)
   Array q_lengths;           ///< int32: query_start_loc.diff()
+  // ShortConv (ShortConvMetadata, what conv_state_metadata() hands out).
+  Array cache_indices;      ///< int64 [bs]: mamba_cache_indices (the step's _cache_indices_buf)
+  Array has_initial_state;  ///< bool [bs]: eager EXTEND / MIXED, extend_prefix_lens > 0
+  Array has_prefix_cpu;     ///< host memory, bool [bs]: the same, with host_mirrors
 
   bool operator==(const SglangMetadata&) const = default;
 };

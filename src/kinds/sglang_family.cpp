@@ -239,6 +239,10 @@ void plan_sglang_common(Ctx& x) {
     g.track_indices = s.track_indices != nullptr;
     g.has_track_mask =
         s.track && std::find(s.track_mask.begin(), s.track_mask.end(), true) != s.track_mask.end();
+    g.cpu_track = s.track_lists &&
+                  (s.forward_mode == SglangMode::Extend || s.forward_mode == SglangMode::Mixed) &&
+                  s.extend_seq_lens.size() == static_cast<size_t>(g.bs) &&
+                  s.extend_prefix_lens.size() == static_cast<size_t>(g.bs);
     plan_eager(x, g, s);
   } else {
     plan_graph(g, s);
@@ -290,11 +294,12 @@ void plan_track_mask_indices(SglangPlan& g, const SglangStep& s) {
   plan_tracked_rows(g, s);
 }
 
-void pack_track_mask_indices(Packer& k) {
+void pack_track_mask_indices(Packer& k, bool destinations) {
   const SglangPlan& g = k.p.sgl;
   const int32_t rows = k.put(g.tracked.data(), g.n_tracked);
   k.emit(Out::SglMambaTrackMaskIndices, false, g.n_tracked,
          CopyValues{.src = rows, .n_real = g.n_tracked, .add = 0}, DType::Int64);
+  if (!destinations) return;
   k.emit(Out::SglConvStatesMaskIndices, false, g.n_tracked,
          SglangCopy{.refs = k.sglang_refs_at,
                     .rows = rows,

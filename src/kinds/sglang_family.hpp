@@ -35,9 +35,9 @@ void plan_tracked_rows(SglangPlan& g, const SglangStep& s);
 /// GDN's and KDA's rule: on a step with a tracked row, the tracked rows and their
 /// destinations (the common part's host rows, else SGLang's mask.nonzero(): the same rows).
 void plan_track_mask_indices(SglangPlan& g, const SglangStep& s);
-/// mamba_track_mask_indices (the tracked rows) and conv_states_mask_indices (their
-/// destinations, gathered from the step's mamba_track_indices).
-void pack_track_mask_indices(Packer& k);
+/// mamba_track_mask_indices (the tracked rows) and, with `destinations`,
+/// conv_states_mask_indices (their destinations, gathered from the step's mamba_track_indices).
+void pack_track_mask_indices(Packer& k, bool destinations = true);
 
 /// Every SGLang array at its capacity (count mode).
 void sglang_largest(StepPlan& p);

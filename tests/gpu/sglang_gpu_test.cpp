@@ -62,6 +62,7 @@ std::vector<Part> parts_of(const SglStep& st) {
   add("prefill_graph.cache_indices", st.pg_cache);
   add("prefill_graph.has_initial_state", st.pg_initial);
   add("prefill_graph.track_dst", st.pg_track_dst);
+  add("cache_indices_buf", st.cache_buf);
   return out;
 }
 
@@ -122,6 +123,7 @@ class DeviceSglStep {
     // SGLang's host staging stays host memory: a copy of its own, for the cuda build.
     pg_host = st.pg_host;
     if (pg.host != nullptr) pg.host = pg_host.data();
+    step.cache_indices_buf = relocate(st.s.cache_indices_buf);
     full = Step{};
     full.sglang = &step;
   }

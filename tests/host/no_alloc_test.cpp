@@ -316,6 +316,7 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
   SglangGdnMetadataBuilder gdn(c);
   SglangLightningMetadataBuilder lightning(c);
   SglangKdaMetadataBuilder kda(c);
+  SglangShortConvMetadataBuilder short_conv(c);
   std::vector<std::unique_ptr<test::SglStep>> steps;
   const auto add = [&]() -> test::SglStep& { return *steps.emplace_back(new test::SglStep); };
   add().rows(40);  // decode
@@ -323,6 +324,10 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
   mixed.extend({{0, 300}, {1024, 70}, {5, 33}, {90, 1}, {91, 1}}, SglangMode::Mixed);
   mixed.track();
   mixed.s.conv_block_table = true;
+  mixed.s.host_mirrors = true;
+  mixed.cache_buf.assign(48, 0);
+  mixed.s.cache_indices_buf = mixed.cache_buf.data();
+  mixed.s.cache_indices_buf_len = 48;
   test::SglStep& verify = add();
   verify.rows(6);
   verify.s.forward_mode = verify.s.logical_mode = SglangMode::TargetVerify;
@@ -361,6 +366,7 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
     if (kda_only(*st)) continue;
     b.build(st->step);
     gdn.build(st->step);
+    short_conv.build(st->step);
     if (lightning_takes(*st)) lightning.build(st->step);
   }
   int64_t checksum = 0;
@@ -370,6 +376,7 @@ TEST(NoAlloc, SglangEveryKindAndEntry) {
       checksum += kda.build(st->step).sglang->draft_token_num;
       if (kda_only(*st)) continue;
       checksum += b.build(st->step).sglang->num_decodes + gdn.build(st->step).sglang->num_decodes;
+      checksum += short_conv.build(st->step).sglang->cache_indices.rows;
       if (lightning_takes(*st)) checksum += lightning.build(st->step).sglang->batch_size;
     }
   count.stop();

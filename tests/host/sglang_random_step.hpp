@@ -45,6 +45,8 @@ struct SglangRandomEngine {
   int32_t cache_chunk_size;  ///< G: mamba_cache_chunk_size(), a multiple of C
   int32_t conv_window;       ///< W
   int32_t graph_max_bs;      ///< mamba_track_indices_buf's length
+  /// ShortConv's needs_extend_host_mirrors (the other kinds ignore it).
+  bool host_mirrors = true;
   /// Tree drafts (speculative_eagle_topk > 1) exist: SGLang's Lightning backend refuses them
   /// at construction, so its engines never verify a tree.
   bool tree_drafts = true;
@@ -72,6 +74,7 @@ inline SglangRandomEngine random_sglang_engine(std::mt19937& rng, int32_t max_ro
   e.cache_chunk_size = e.config.chunk_size * pick(rng, {1, 1, 2, 4});
   e.conv_window = coin(rng, 0.8) ? pick(rng, {3, 3, 1, 2}) : testing::uniform(rng, 4, 16);
   e.graph_max_bs = max_rows;
+  e.host_mirrors = coin(rng, 0.7);
   return e;
 }
 
@@ -152,6 +155,10 @@ inline void host_spans(SglStep& st) {
     s.track_indices = st.track_indices.data();
     s.track_seqlens = st.track_seqlens;
   }
+  if (!st.cache_buf.empty()) {
+    s.cache_indices_buf = st.cache_buf.data();
+    s.cache_indices_buf_len = static_cast<int64_t>(st.cache_buf.size());
+  }
   st.step = Step{};
   st.step.sglang = &s;
 }
@@ -222,10 +229,11 @@ inline std::vector<std::string> random_sglang_step(std::mt19937& rng, const Sgla
   SglangStep& s = st.s;
   s.cache_chunk_size = G;
   s.conv_window = e.conv_window;
+  s.host_mirrors = e.host_mirrors;
   for (auto* v : {&st.ext, &st.prefix, &st.state, &st.qsl, &st.rnt_buf, &st.rns_buf, &st.rpt_buf})
     v->clear();
-  for (auto* v :
-       {&st.rpi, &st.seq, &st.track_indices, &st.track_seqlens, &st.track_buf, &st.rnt, &st.rns})
+  for (auto* v : {&st.rpi, &st.seq, &st.track_indices, &st.track_seqlens, &st.track_buf, &st.rnt,
+                  &st.rns, &st.cache_buf})
     v->clear();
   st.mask.reset();
 
@@ -363,7 +371,8 @@ inline std::vector<std::string> random_sglang_step(std::mt19937& rng, const Sgla
       st.track_indices.push_back(on || coin(rng) ? uniform(rng, 1, 1 << 20) : -1);
       st.track_seqlens.push_back(seqlen);
     }
-    if (!track_extend) st.track_seqlens.clear();  // SGLang's decode: mamba_track_seqlens None
+    if (!track_extend) st.track_seqlens.clear();     // SGLang's decode: mamba_track_seqlens None
+    s.track_lists = track_extend && coin(rng, 0.5);  // the scheduler's host lists, or copies
   }
 
   // Graph entries: the backend's static buffers of this batch size, filled at random.
@@ -376,6 +385,15 @@ inline std::vector<std::string> random_sglang_step(std::mt19937& rng, const Sgla
     for (auto* v : {&st.state, &st.qsl, &st.rnt_buf, &st.rns_buf, &st.rpt_buf})
       for (auto& x : *v) x = r::fill_value(rng);
     for (auto& x : st.track_buf) x = r::fill_value(rng);
+  }
+
+  // ShortConv's _cache_indices_buf (made with the graph state: any entry may find it), at
+  // times shorter than the batch (SGLang then casts afresh).
+  if (coin(rng, 0.6)) {
+    st.cache_buf.resize(static_cast<size_t>(uniform(rng, 1, e.graph_max_bs)));
+    for (auto& x : st.cache_buf) x = r::fill_value(rng);
+    tags.emplace_back(st.cache_buf.size() >= static_cast<size_t>(bs) ? "cache_buf=fits"
+                                                                     : "cache_buf=short");
   }
 
   // Pointers and spans, now that the vectors hold their final contents.
@@ -426,7 +444,7 @@ inline std::vector<std::string> sglang_required_labels(bool tree_drafts = true,
     for (const char* m : {"decode", "idle", "verify_chain", "verify_tree"}) add(entry, m);
   for (const char* m : {"decode", "idle"}) add("cpu_capture", m);
   for (const char* t : {"padding=given", "padding=counted", "padded_rows", "track=on", "track=off",
-                        "bs>64", "row_outside_map"})
+                        "bs>64", "row_outside_map", "cache_buf=fits", "cache_buf=short"})
     out.emplace_back(t);
   if (prefill_graph)
     for (const char* t : {"prefill_graph/extend", "original_batch_size"}) out.emplace_back(t);

@@ -19,6 +19,7 @@ struct SglStep {
   SglangStep s;
   std::vector<int32_t> map, ext, prefix, state, qsl, rnt_buf, rns_buf, rpt_buf;
   std::vector<int64_t> rpi, seq, track_indices, track_seqlens, track_buf, rnt, rns;
+  std::vector<int64_t> cache_buf;  ///< ShortConv's _cache_indices_buf
   std::unique_ptr<bool[]> mask;
   // KDA's prefill-graph tables of one bucket (KDAPrefillGraphMetadata's buffers).
   std::vector<int32_t> pg_packed, pg_host, pg_cache;
@@ -80,6 +81,7 @@ struct SglStep {
       }
     }
     s.track = true;
+    s.track_lists = true;
     s.track_mask = std::span<const bool>(mask.get(), n);
     s.track_indices = track_indices.data();
     s.track_seqlens = track_seqlens;

@@ -309,6 +309,63 @@ TEST(Sglang, KdaPrefillGraphRefusalsLeaveTheBucketUntouched) {
   testing::expect_error([&] { gdn.build(st.step); }, {"sglang_kda serves it"});
 }
 
+TEST(Sglang, ShortConvWritesItsCacheIndicesBufferWhenTheBatchFits) {
+  SglangShortConvMetadataBuilder b(config());
+  std::vector<int64_t> buf(4, -7777);
+  SglStep st;
+  st.rows(3);
+  st.s.cache_indices_buf = buf.data();
+  st.s.cache_indices_buf_len = 4;
+  const Metadata& m = b.build(st.step);
+  EXPECT_FALSE(m.sglang->kind_metadata);                // a plain ForwardMetadata
+  EXPECT_EQ(m.sglang->cache_indices.data, buf.data());  // buf[:3], the captured address
+  EXPECT_EQ(m.sglang->cache_indices.dtype, DType::Int64);
+  EXPECT_EQ(buf, (std::vector<int64_t>{100, 101, 102, -7777}));
+  EXPECT_FALSE(m.sglang->has_initial_state);  // a decode
+  EXPECT_FALSE(m.sglang->has_prefix_cpu);
+  // Graph replay: the padded row's slot is -1 there too.
+  SglStep rp;
+  rp.rows(3);
+  rp.s.num_padding = 1;
+  rp.graph(SglangEntry::GraphReplay);
+  rp.s.cache_indices_buf = buf.data();
+  rp.s.cache_indices_buf_len = 4;
+  b.build(rp.step);
+  EXPECT_EQ(buf, (std::vector<int64_t>{100, 101, -1, -7777}));
+  // A batch past the buffer: an array of the builder's (SGLang's fresh cast).
+  SglStep big;
+  big.rows(5);
+  big.s.cache_indices_buf = buf.data();
+  big.s.cache_indices_buf_len = 4;
+  const Metadata& g = b.build(big.step);
+  EXPECT_NE(g.sglang->cache_indices.data, buf.data());
+  EXPECT_EQ(values(g.sglang->cache_indices), (std::vector<int64_t>{100, 101, 102, 103, 104}));
+  EXPECT_EQ(buf, (std::vector<int64_t>{100, 101, -1, -7777}));
+}
+
+TEST(Sglang, ShortConvExtendHasInitialStateAndItsHostMirror) {
+  SglangShortConvMetadataBuilder b(config());
+  SglStep st;
+  st.extend({{3, 5}, {0, 5}, {9, 1}}, SglangMode::Mixed);
+  st.s.host_mirrors = true;
+  const Metadata& m = b.build(st.step);
+  EXPECT_EQ(m.sglang->has_initial_state.dtype, DType::Bool);
+  EXPECT_EQ(values(m.sglang->has_initial_state), (std::vector<int64_t>{1, 0, 1}));
+  ASSERT_TRUE(m.sglang->has_prefix_cpu);
+  EXPECT_EQ(m.sglang->has_prefix_cpu.dtype, DType::Bool);
+  EXPECT_EQ(values(m.sglang->has_prefix_cpu), (std::vector<int64_t>{1, 0, 1}));
+  EXPECT_EQ(values(m.sglang->cache_indices), (std::vector<int64_t>{100, 101, 102}));
+  EXPECT_EQ(m.sglang->logical_num_tokens, 11);  // the plain ForwardMetadata keeps it
+  st.s.host_mirrors = false;                    // a backend without the extend host loop
+  EXPECT_FALSE(b.build(st.step).sglang->has_prefix_cpu);
+  // Verify and draft extend have no initial-state mask (SGLang: extend, not those).
+  st.s.forward_mode = st.s.logical_mode = SglangMode::DraftExtendV2;
+  EXPECT_FALSE(b.build(st.step).sglang->has_initial_state);
+  st.s.forward_mode = SglangMode::Extend;
+  st.s.extend_prefix_lens = {};
+  testing::expect_error([&] { b.build(st.step); }, {"extend_prefix_lens"});
+}
+
 TEST(Sglang, RejectedStepsLeaveTheLastMetadata) {
   SglangMamba2MetadataBuilder b(config());
   SglStep good;
@@ -393,6 +450,8 @@ TEST(Sglang, HostileStepsGetMetadataOrAnError) {
   SglangGdnMetadataBuilder gdn(config(8));
   SglangKdaMetadataBuilder kda(config(8));
   SglangLightningMetadataBuilder lt(config(8));
+  SglangShortConvMetadataBuilder sc(config(8));
+  std::vector<int64_t> cache_buf(8, -7777);
   int built = 0, rejected = 0;
   for (int i = 0; i < 3000; ++i) {
     SglStep st;
@@ -432,8 +491,14 @@ TEST(Sglang, HostileStepsGetMetadataOrAnError) {
       if (pick(0, 3) == 0) st.s.prefill_graph.max_seqs = static_cast<int32_t>(wild(40));
       if (pick(0, 3) == 0) st.s.original_batch_size = static_cast<int32_t>(wild(20));
     }
+    if (pick(0, 2) == 0) {
+      st.s.cache_indices_buf = cache_buf.data();
+      st.s.cache_indices_buf_len = pick(0, 3) == 0 ? wild(8) : 8;
+      if (st.s.cache_indices_buf_len > 8) st.s.cache_indices_buf_len = 8;  // the buffer's size
+    }
+    st.s.host_mirrors = pick(0, 1) == 1;
     if (pick(0, 4) == 0) st.s.batch_size = static_cast<int32_t>(wild(40));  // not the arrays'
-    for (MetadataBuilder* b : std::initializer_list<MetadataBuilder*>{&m2, &gdn, &kda, &lt}) {
+    for (MetadataBuilder* b : std::initializer_list<MetadataBuilder*>{&m2, &gdn, &kda, &lt, &sc}) {
       try {
         b->build(st.step);
         ++built;

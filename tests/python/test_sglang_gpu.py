@@ -82,16 +82,18 @@ class Engines:
                 array_type="torch",
             )
             pool = SimpleNamespace(req_index_to_mamba_index_mapping=None)
-            # GDN's conv block table: the harness answers SGLang's is_cuda() True.
+            # GDN's conv block table as SGLang builds it on CUDA (is_cuda()), ShortConv's
+            # host mirrors as SGLang's ShortConvAttnBackend (needs_extend_host_mirrors).
             eng = native.Engine(builder, pool, cfg["cache_chunk_size"], CONV_WINDOW, cfg["topk"],
-                                True)
+                                True, True)
             self.engines[key] = (eng, pool)
         return self.engines[key]
 
 
 def batch(step: dict, device: str):
-    """(ForwardBatch-like object, the entry point, the graph buffers or None, the caller's
-    tensors by name) of a sglang_steps step on `device`."""
+    """(ForwardBatch-like object, the entry point, the graph buffers or None, ShortConv's
+    _cache_indices_buf or None, the caller's tensors by name) of a sglang_steps step on
+    `device`."""
     cfg = steps.CONFIGS[step["config"]]
     i64 = lambda v: torch.tensor(v, dtype=torch.int64, device=device)  # noqa: E731
     reqs, seq = step["req_pool_indices"], step["seq_lens"]
@@ -170,7 +172,13 @@ def batch(step: dict, device: str):
                                           "retrieve_parent_token"), start=3):
                     graph[i] = callers[f"{name}_list[bs-1]"] = fill(bs, gk)
         graph = tuple(graph)
-    return fb, entry, graph, callers
+    # ShortConv's _cache_indices_buf: made with the graph state (an eager step's world may
+    # have one: sglang_steps.py's graph_state).
+    cache_buf = None
+    if entry != EAGER or step.get("graph_state", "none") != "none":
+        cache_buf = callers["_cache_indices_buf"] = torch.full(
+            (steps.GRAPH_MAX_BS,), UNWRITTEN, dtype=torch.int64, device=device)
+    return fb, entry, graph, cache_buf, callers
 
 
 def prefill_graph_tables(step: dict, cfg: dict, device: str, callers: dict):
@@ -236,9 +244,9 @@ def run(engines: Engines, step: dict, device: str):
     mapping[torch.tensor(step["req_pool_indices"][: len(slots)])] = torch.tensor(
         slots, dtype=torch.int32)
     pool.req_index_to_mamba_index_mapping = mapping.to(device)
-    fb, entry, graph, callers = batch(step, device)
+    fb, entry, graph, cache_buf, callers = batch(step, device)
     try:
-        fields = eng.build(fb, entry, graph)
+        fields = eng.build(fb, entry, graph, cache_buf)
     except linmeta.Error as e:
         return ("error", str(e)), None
     if device == "cuda":

@@ -24,12 +24,14 @@ from linmeta.sglang import gdn as lm_gdn
 from linmeta.sglang import kda as lm_kda
 from linmeta.sglang import lightning as lm_lightning
 from linmeta.sglang import mamba2 as lm_mamba2
+from linmeta.sglang import short_conv as lm_short_conv
 
 LINMETA = {
     "mamba2": lm_mamba2.LinmetaMamba2AttnBackend,
     "gdn": lm_gdn.LinmetaGDNAttnBackend,
     "lightning": lm_lightning.LinmetaLightningAttentionBackend,
     "kda": lm_kda.LinmetaKDAAttnBackend,
+    "short_conv": lm_short_conv.LinmetaShortConvAttnBackend,
 }
 
 

@@ -56,11 +56,12 @@ def main() -> int:
     HookRegistry.apply_hooks()  # what sglang.srt.plugins.load_plugins runs after the plugins
     from sglang.srt.layers.attention.hybrid_linear_attn_backend import Mamba2AttnBackend
 
-    checks["0.5.23: the Mamba2, GDN, Lightning and KDA backends registered"] = done == [
+    checks["0.5.23: the Mamba2, GDN, Lightning, KDA and ShortConv backends registered"] = done == [
         "sglang.srt.layers.attention.hybrid_linear_attn_backend.Mamba2AttnBackend",
         "sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend",
         "sglang.srt.layers.attention.linear.lightning_backend.LightningAttentionBackend",
-        "sglang.srt.layers.attention.linear.kda_backend.KDAAttnBackend"]
+        "sglang.srt.layers.attention.linear.kda_backend.KDAAttnBackend",
+        "sglang.srt.layers.attention.linear.short_conv_backend.ShortConvAttnBackend"]
     from sglang.srt.layers.attention.linear import gdn_backend
     from sglang.srt.layers.attention.linear.gdn_backend import GDNAttnBackend
 

@@ -1,8 +1,8 @@
 """Picks a small public sample of SGLang cases (tests/data/sglang/*.jsonl): for every
-kind of step in CASES (mode, forward mode, engine configuration, tracking off / with host
-lists / device only, padded rows or not), the shortest case with one row and the shortest
-with several; the shortest of every (mode, tracking) pair first, then the others, shortest
-first, up to --max-bytes in all.
+kind of step in CASES (mode, forward mode, engine configuration, graph state, tracking off /
+with host lists / device only, padded rows or not), the shortest case with one row and the
+shortest with several; the shortest of every (mode, tracking, graph state) triple first, then
+the others, shortest first, up to --max-bytes in all.
 
     python3 select_sample.py CASES.jsonl OUT.jsonl [--max-bytes 100000]
 """
@@ -20,7 +20,7 @@ def kind(case: dict) -> tuple:
     tracking = "off" if track is None else ("host" if track["cpu_lists"] else "device")
     padded = len(inp["req_pool_indices"]) > len(inp["mamba_slots"])
     return (case["mode"], inp["forward_mode"], case["config"]["name"], tracking, padded,
-            inp.get("num_padding", 0) is None, "raises" in case)
+            inp.get("num_padding", 0) is None, "raises" in case, case["config"]["graph"])
 
 
 def main(argv=None) -> int:
@@ -38,12 +38,12 @@ def main(argv=None) -> int:
             if key not in best or len(line) < len(best[key]):
                 best[key] = line
     lines = sorted(best.values(), key=len)
-    # First the shortest case of every (mode, tracking) pair, then the other kinds,
+    # First the shortest case of every (mode, tracking, graph state), then the other kinds,
     # shortest first, while they fit.
     first: dict = {}
     for line in lines:
         k = kind(json.loads(line))
-        first.setdefault((k[0], k[3]), line)
+        first.setdefault((k[0], k[3], k[7]), line)
     out = list(first.values())
     size = sum(map(len, out))
     for line in lines:

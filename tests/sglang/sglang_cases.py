@@ -186,7 +186,10 @@ def run_entry(step: dict, world: sw.World, fb: ForwardBatch):
 
 
 def graph_kind(step: dict) -> str:
-    return {"replay": "cuda", "capture": "cuda", "cpu_capture": "cpu"}.get(step["mode"], "none")
+    """The graph state of the step's world: its graph entry's, else the step's graph_state
+    (an eager step on a backend whose graph state is made), else none."""
+    return {"replay": "cuda", "capture": "cuda", "cpu_capture": "cpu"}.get(
+        step["mode"], step.get("graph_state", "none"))
 
 
 # ---- encoding ---------------------------------------------------------------------------
@@ -268,7 +271,8 @@ def outputs(step: dict, world: sw.World, fb: ForwardBatch) -> dict:
                                   "mamba_track_indices": enc(fb.mamba_track_indices)}}
     md = b.forward_metadata
     out = {"forward_metadata": enc(md)}
-    if graph_kind(step) == "none" and md.retrieve_parent_token is not None:
+    eager = step["mode"] not in ("replay", "capture", "cpu_capture")
+    if eager and md.retrieve_parent_token is not None:
         # Eager tree verify: torch.empty_like(retrieve_next_token), filled by the verify
         # kernel later; only its shape and dtype are defined here.
         out["forward_metadata"]["fields"]["retrieve_parent_token"]["data"] = None

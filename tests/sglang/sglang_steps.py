@@ -228,6 +228,10 @@ def make_step(backend: str, mode: str, rng: random.Random) -> dict:
     if mode == "replay":
         r = rng.random()
         step["num_padding"] = None if r < 0.3 else pad  # None: counted from seq_lens_cpu == 1
+    if backend == "short_conv" and not graph:
+        # A server's eager steps run on a backend with its graph state: ShortConv's eager
+        # entry then writes _cache_indices_buf when the batch fits (GRAPH_MAX_BS rows).
+        step["graph_state"] = rng.choice(["none", "cuda", "cpu"])
     return step
 
 

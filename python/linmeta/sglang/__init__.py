@@ -2,12 +2,13 @@
 
 SGLang loads general plugins from the ``sglang.srt.plugins`` entry-point group in every process
 that builds a model; linmeta's entry point is :func:`register` (pyproject.toml). With SGLang
-0.5.23 it replaces ``Mamba2AttnBackend``, ``GDNAttnBackend``, ``LightningAttentionBackend``
-and ``KDAAttnBackend`` (SGLang's hook registry, ``HookType.REPLACE``) by linmeta's subclasses
-(:mod:`linmeta.sglang.mamba2`, :mod:`~linmeta.sglang.gdn`, :mod:`~linmeta.sglang.lightning`,
-:mod:`~linmeta.sglang.kda`), whose metadata entry points build each step with one plan and
-one launch of linmeta's ``sglang_mamba2`` / ``sglang_gdn`` / ``sglang_lightning`` /
-``sglang_kda`` kind. Under another
+0.5.23 it replaces ``Mamba2AttnBackend``, ``GDNAttnBackend``, ``LightningAttentionBackend``,
+``KDAAttnBackend`` and ``ShortConvAttnBackend`` (SGLang's hook registry, ``HookType.REPLACE``)
+by linmeta's subclasses (:mod:`linmeta.sglang.mamba2`, :mod:`~linmeta.sglang.gdn`,
+:mod:`~linmeta.sglang.lightning`, :mod:`~linmeta.sglang.kda`,
+:mod:`~linmeta.sglang.short_conv`), whose metadata entry points build each step with one plan
+and one launch of linmeta's ``sglang_mamba2`` / ``sglang_gdn`` / ``sglang_lightning`` /
+``sglang_kda`` / ``sglang_short_conv`` kind. Under another
 SGLang version it leaves SGLang's classes alone and says so once. ``LINMETA_SGLANG=0`` turns
 it off; ``SGLANG_PLUGINS=linmeta`` (SGLang's own variable) restricts SGLang to this plugin.
 """
@@ -31,6 +32,8 @@ BACKENDS = (
     (f"{_LIN}.lightning_backend.LightningAttentionBackend", "lightning",
      "LinmetaLightningAttentionBackend"),
     (f"{_LIN}.kda_backend.KDAAttnBackend", "kda", "LinmetaKDAAttnBackend"),
+    (f"{_LIN}.short_conv_backend.ShortConvAttnBackend", "short_conv",
+     "LinmetaShortConvAttnBackend"),
 )
 
 _said = False

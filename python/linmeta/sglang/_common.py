@@ -33,6 +33,14 @@ class Backend:
     def _linmeta_conv_block_table(self) -> bool:
         return False
 
+    def _linmeta_host_mirrors(self) -> bool:
+        """ShortConv's needs_extend_host_mirrors (a class constant of SGLang's)."""
+        return False
+
+    def _linmeta_cache_indices_buf(self):
+        """ShortConv's _cache_indices_buf (None: the kind has none)."""
+        return None
+
     def _linmeta_supported(self) -> bool:
         """What linmeta does not serve stays SGLang's (docs/sglang.md, "Not served"): the
         unified memory pool (virtual slot ids), ReplaySSM."""
@@ -73,27 +81,32 @@ class Backend:
             int(self.conv_states_shape[-1]),
             int(self.topk),
             bool(self._linmeta_conv_block_table()),
+            bool(self._linmeta_host_mirrors()),
         )
         self._linmeta, self._linmeta_rows, self._linmeta_tokens = eng, r, t
         return eng
 
-    def _linmeta_build(self, fb, entry: int, graph):
+    def _linmeta_build(self, fb, entry: int, graph) -> None:
+        """Builds the step: self.forward_metadata, then _linmeta_after."""
         tokens = fb.extend_num_tokens or 0
         ids = getattr(fb, "input_ids", None)
         if ids is not None:
             tokens = max(tokens, ids.shape[0])
-        fields = self._linmeta_engine(fb.batch_size, tokens).build(fb, entry, graph)
-        return self._linmeta_object(fields)
+        fields = self._linmeta_engine(fb.batch_size, tokens).build(
+            fb, entry, graph, self._linmeta_cache_indices_buf())
+        self.forward_metadata = self._linmeta_object(fields)
+        self._linmeta_after(fb, entry, fields)
 
     def _linmeta_object(self, fields: dict):
-        own = fields.pop("kind_metadata", False)
-        mixed = fields.get("mixed_metadata")
+        """SGLang's metadata object of the kind's `fields` (left as they are)."""
+        d = {k: v for k, v in fields.items() if k != "kind_metadata"}
+        mixed = d.get("mixed_metadata")
         if mixed is not None and self.MIXED is not None:
-            fields["mixed_metadata"] = _instance(self.MIXED, mixed)
-        if own:
-            return _instance(self.METADATA, fields)
+            d["mixed_metadata"] = _instance(self.MIXED, mixed)
+        if fields.get("kind_metadata"):
+            return _instance(self.METADATA, d)
         names = _defaults(ForwardMetadata)[1]
-        return _instance(ForwardMetadata, {k: v for k, v in fields.items() if k in names})
+        return _instance(ForwardMetadata, {k: v for k, v in d.items() if k in names})
 
     def _linmeta_graph(self, bs: int, fb_track_indices, verify_tree: bool):
         """The backend's static buffers of batch size bs (SGLang's init_*_graph_state)."""
@@ -118,18 +131,18 @@ class Backend:
         """Whether linmeta builds this step (else SGLang's own method does)."""
         return self._linmeta_supported() and not self._linmeta_ragged(fb)
 
-    def _linmeta_after(self, fb, eager: bool) -> None:
-        """What the subclass's entry point does after the metadata (`eager`:
-        init_forward_metadata, else the graph entry): the backend's own state, such as GDN's
-        kernel routing."""
+    def _linmeta_after(self, fb, entry: int, fields: dict) -> None:
+        """What the subclass's entry point does after the metadata (`entry`: EAGER,
+        GRAPH_CAPTURE, GRAPH_REPLAY or CPU_GRAPH_CAPTURE; `fields`: the kind's fields, those
+        of no SGLang dataclass included): the backend's own state, such as GDN's kernel
+        routing."""
 
     # ---- SGLang's metadata entry points (MambaAttnBackendBase's and its subclasses')
 
     def init_forward_metadata(self, forward_batch):
         if not self._linmeta_serves(forward_batch):
             return super().init_forward_metadata(forward_batch)
-        self.forward_metadata = self._linmeta_build(forward_batch, EAGER, None)
-        self._linmeta_after(forward_batch, True)
+        self._linmeta_build(forward_batch, EAGER, None)
 
     def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
         fb = forward_batch
@@ -137,9 +150,7 @@ class Backend:
             return super().init_forward_metadata_out_graph(fb, in_capture)
         tree = fb.forward_mode.is_target_verify() and self.topk > 1
         graph = self._linmeta_graph(fb.batch_size, getattr(fb, "mamba_track_indices", None), tree)
-        self.forward_metadata = self._linmeta_build(
-            fb, GRAPH_CAPTURE if in_capture else GRAPH_REPLAY, graph)
-        self._linmeta_after(fb, False)
+        self._linmeta_build(fb, GRAPH_CAPTURE if in_capture else GRAPH_REPLAY, graph)
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
         super().init_cuda_graph_state(max_bs, max_num_tokens)  # SGLang's static buffers
@@ -158,7 +169,7 @@ class Backend:
         fb = cpu_capture_batch(bs, num_tokens, req_pool_indices, seq_lens, forward_mode, spec_info)
         graph = (self.state_indices_list[bs - 1], self.query_start_loc_list[bs - 1],
                  None, None, None, None)
-        self.forward_metadata = self._linmeta_build(fb, CPU_GRAPH_CAPTURE, graph)
+        self._linmeta_build(fb, CPU_GRAPH_CAPTURE, graph)
 
 
 _DEFAULTS: dict = {}

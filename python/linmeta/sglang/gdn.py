@@ -10,6 +10,7 @@ from sglang.srt.layers.attention.linear import gdn_backend
 from sglang.srt.layers.attention.linear.gdn_backend import GDNAttnBackend
 from sglang.srt.layers.attention.mamba.mamba2_metadata import ForwardMetadata
 
+from ._batch import CPU_GRAPH_CAPTURE, EAGER
 from ._common import Backend
 
 
@@ -31,7 +32,9 @@ class LinmetaGDNAttnBackend(Backend, GDNAttnBackend):
             and super()._linmeta_serves(fb)
         )
 
-    def _linmeta_after(self, fb, eager: bool) -> None:
+    def _linmeta_after(self, fb, entry: int, fields: dict) -> None:
+        if entry == CPU_GRAPH_CAPTURE:  # SGLang's GDN does not override that entry
+            return
         self._init_target_verify_qkv_routing(fb)
-        if eager:
+        if entry == EAGER:
             self.mis_metadata = None

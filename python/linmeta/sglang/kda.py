@@ -12,7 +12,7 @@ from __future__ import annotations
 from sglang.srt.layers.attention.linear.kda_backend import KDAAttnBackend
 from sglang.srt.layers.attention.mamba.mamba2_metadata import ForwardMetadata
 
-from ._batch import PREFILL_GRAPH
+from ._batch import EAGER, PREFILL_GRAPH
 from ._common import Backend
 
 
@@ -27,8 +27,8 @@ class LinmetaKDAAttnBackend(Backend, KDAAttnBackend):
                 self.kernel_dispatcher.extend_kernel.uses_state_checkpoints)
         return not checkpoints and super()._linmeta_serves(fb)
 
-    def _linmeta_after(self, fb, eager: bool) -> None:
-        if eager:  # an eager forward never runs on a graph bucket's tables
+    def _linmeta_after(self, fb, entry: int, fields: dict) -> None:
+        if entry == EAGER:  # an eager forward never runs on a graph bucket's tables
             self.prefill_graph_metadata = None
 
     # ---- KDA's breakable prefill-graph tables

@@ -109,8 +109,10 @@ nb::object FieldExporter::value(const OutputSpec& spec, const Metadata& m, const
       if (spec.shape != Shape::List)
         return array(spec.id, a, m.target == Target::Cuda && !spec.host_memory(), in);
       if (!a.present) return nb::none();
-      nb::list l;  // a new list each time, as vLLM's
-      for (int64_t i = 0; i < a.size(); ++i) l.append(nb::int_(a.at(i)));
+      nb::list l;  // a new list each time, as vLLM's (SGLang's bool lists: of bools)
+      for (int64_t i = 0; i < a.size(); ++i)
+        l.append(a.dtype == DType::Bool ? nb::object(nb::bool_(a.at(i) != 0))
+                                        : nb::object(nb::int_(a.at(i))));
       return l;
     }
     case FieldType::Composite:

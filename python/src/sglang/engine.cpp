@@ -104,10 +104,10 @@ class SglangEngine {
  public:
   /// builder: the object's own linmeta.MetadataBuilder of an SGLang kind; pool: SGLang's
   /// HybridReqToTokenPool (its req_index_to_mamba_index_mapping is read on every call);
-  /// cache_chunk_size, conv_window, topk, conv_block_table (GDN: SGLang's is_cuda()): the
-  /// backend's engine constants.
+  /// cache_chunk_size, conv_window, topk, conv_block_table (GDN: SGLang's is_cuda()),
+  /// host_mirrors (ShortConv's needs_extend_host_mirrors): the backend's engine constants.
   SglangEngine(nb::handle builder, nb::object pool, int32_t cache_chunk_size, int32_t conv_window,
-               int32_t topk, bool conv_block_table)
+               int32_t topk, bool conv_block_table, bool host_mirrors)
       : builder_(nb::borrow(builder)), pool_(std::move(pool)) {
     if (!nb::isinstance<PyBuilder>(builder))
       throw nb::type_error("linmeta.sglang: Engine takes a linmeta.MetadataBuilder");
@@ -121,6 +121,7 @@ class SglangEngine {
     step_.conv_window = conv_window;
     step_.topk = topk;
     step_.conv_block_table = conv_block_table;
+    step_.host_mirrors = host_mirrors;
     const auto rows = static_cast<size_t>(b_->builder.config().max_num_seqs);
     for (auto* v : {&ext_, &prefix_}) v->reserve(rows);
     track_seqlens_.reserve(rows);
@@ -132,9 +133,11 @@ class SglangEngine {
   /// The fields of SGLang's metadata object for ForwardBatch `fb` at entry point `entry`
   /// (SglangEntry); `graph`: None, or the backend's static buffers of the batch size
   /// (state indices, query_start_loc, track indices view [:bs] or None, retrieve next token,
-  /// next sibling, parent token lists or None). The PrefillGraph entry (KDA): `graph` is the
-  /// bucket's KDAPrefillGraphMetadata, whose tables it fills; returns None.
-  nb::object build(nb::handle fb, int32_t entry, nb::handle graph) {
+  /// next sibling, parent token lists or None); `cache_indices_buf`: ShortConv's
+  /// _cache_indices_buf (None before the graph state; its slice of the batch is handed out
+  /// when the kind writes into it). The PrefillGraph entry (KDA): `graph` is the bucket's
+  /// KDAPrefillGraphMetadata, whose tables it fills; returns None.
+  nb::object build(nb::handle fb, int32_t entry, nb::handle graph, nb::handle cache_indices_buf) {
     const CallGuard guard(*b_, "build");
     callers_.clear();
     arrays_.clear();
@@ -177,6 +180,13 @@ class SglangEngine {
     const bool prefill_graph = s.entry == SglangEntry::PrefillGraph;
     read_graph(prefill_graph ? nb::none() : graph);
     read_prefill_graph(fb, prefill_graph ? graph : nb::none());
+    s.cache_indices_buf = nullptr;
+    s.cache_indices_buf_len = 0;
+    if (!cache_indices_buf.is_none()) {
+      const ImportedArray& a = import(cache_indices_buf, "_cache_indices_buf", true, true);
+      s.cache_indices_buf = static_cast<int64_t*>(const_cast<void*>(a.data));
+      s.cache_indices_buf_len = a.shape[0];
+    }
     Step step;
     step.sglang = &s;
     const Metadata& meta = b_->builder.build(step, stream_);
@@ -238,7 +248,7 @@ class SglangEngine {
     if (expect < at_least)
       raise_error(std::string("sglang: ") + name + " has " + std::to_string(expect) +
                   " elements, the step reads " + std::to_string(at_least));
-    callers_.push_back({a.data, nb::borrow(obj)});
+    callers_.push_back({a.data, nb::borrow(obj), a.ndim == 1 ? a.shape[0] : -1});
     return a;
   }
   const void* device(nb::handle obj, const char* name, bool int64, int64_t at_least) {
@@ -296,6 +306,7 @@ class SglangEngine {
             : static_cast<const int64_t*>(device(indices, "mamba_track_indices", true, bs));
     s.track_mask = {};
     s.track_seqlens = {};
+    s.track_lists = false;
     track_seqlens_.clear();
     if (!s.track) return;
     nb::object mask_cpu = attr_or_none(fb, "mamba_prefill_track_mask_cpu");
@@ -304,6 +315,7 @@ class SglangEngine {
     const auto full = [bs](const nb::object& l) {
       return !l.is_none() && static_cast<int32_t>(nb::len(l)) == bs;
     };
+    s.track_lists = full(mask_cpu) && full(seq_cpu);
     if (full(mask_cpu) && (full(seq_cpu) || seqlens.is_none())) {
       ints_into(mask_cpu, mask_, "mamba_prefill_track_mask_cpu");
       if (full(seq_cpu)) ints_into(seq_cpu, track_seqlens_, "mamba_track_seqlens_cpu");
@@ -393,11 +405,14 @@ class SglangEngine {
         continue;
       }
       if (r && r.type == FieldType::Array && r.array().present) {
-        const void* p = r.array().data;
+        const Array& a = r.array();
         bool found = false;
-        for (const auto& [data, obj] : callers_)
-          if (data == p) {
-            d[mb.name] = obj;
+        for (const Caller& c : callers_)
+          if (c.data == a.data) {
+            // A 1-D caller buffer the kind filled in part (ShortConv's _cache_indices_buf):
+            // the slice of the batch, as SGLang's buf[:n].
+            d[mb.name] =
+                c.rows >= 0 && a.ndim == 1 && a.rows < c.rows ? prefix(c.obj, a.rows) : c.obj;
             found = true;
             break;
           }
@@ -408,6 +423,26 @@ class SglangEngine {
     return d;
   }
 
+  /// obj[:rows], a new view.
+  static nb::object prefix(const nb::object& obj, int64_t rows) {
+    PyObject* stop = PyLong_FromLongLong(rows);
+    if (stop == nullptr) throw nb::python_error();
+    PyObject* sl = PySlice_New(nullptr, stop, nullptr);
+    Py_DECREF(stop);
+    if (sl == nullptr) throw nb::python_error();
+    PyObject* v = PyObject_GetItem(obj.ptr(), sl);
+    Py_DECREF(sl);
+    if (v == nullptr) throw nb::python_error();
+    return nb::steal(v);
+  }
+
+  /// A caller's array of this call: its address, the object, its 1-D length (-1: 2-D).
+  struct Caller {
+    const void* data;
+    nb::object obj;
+    int64_t rows;
+  };
+
   nb::object builder_;
   PyBuilder* b_ = nullptr;
   BuilderKind kind_{};
@@ -417,7 +452,7 @@ class SglangEngine {
   SglangStep step_;
   Stream stream_ = nullptr;
   std::vector<ImportedArray> arrays_;
-  std::vector<std::pair<const void*, nb::object>> callers_;
+  std::vector<Caller> callers_;
   std::vector<int32_t> ext_, prefix_;
   std::vector<int64_t> mask_, track_seqlens_;
   std::vector<uint8_t> mask_bool_;
@@ -431,9 +466,11 @@ void bind_sglang(nb::module_& m) {
                            nb::is_weak_referenceable(),
                            "The native half of one linmeta.sglang backend object, over its own "
                            "linmeta.MetadataBuilder (python/src/sglang/engine.hpp).")
-      .def(nb::init<nb::handle, nb::object, int32_t, int32_t, int32_t, bool>(), "builder"_a,
-           "pool"_a, "cache_chunk_size"_a, "conv_window"_a, "topk"_a, "conv_block_table"_a)
-      .def("build", &SglangEngine::build, "forward_batch"_a, "entry"_a, "graph"_a.none());
+      .def(nb::init<nb::handle, nb::object, int32_t, int32_t, int32_t, bool, bool>(), "builder"_a,
+           "pool"_a, "cache_chunk_size"_a, "conv_window"_a, "topk"_a, "conv_block_table"_a,
+           "host_mirrors"_a = false)
+      .def("build", &SglangEngine::build, "forward_batch"_a, "entry"_a, "graph"_a.none(),
+           "cache_indices_buf"_a.none() = nb::none());
 }
 
 }  // namespace linmeta::py
