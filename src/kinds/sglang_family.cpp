@@ -75,6 +75,8 @@ void validate_sglang_step(const Config& c, const SglangStep& s) {
     if (s.cache_chunk_size < 1)
       reject(fmt::format("sglang.cache_chunk_size = {} must be positive", s.cache_chunk_size));
   }
+  if (s.cache_indices_buf_len < 0)
+    reject(fmt::format("sglang.cache_indices_buf_len = {} is negative", s.cache_indices_buf_len));
   if (s.retrieve_rows < 0 || s.retrieve_rows > bs ||
       static_cast<int64_t>(s.retrieve_rows) * s.draft_token_num > c.max_num_batched_tokens)
     reject(fmt::format(

@@ -6,8 +6,6 @@
 // needs_extend_host_mirrors, its host copy has_prefix_cpu. The slots as a host list
 // (slot_ids_cpu) need the slots on the host: the plugin copies cache_indices there (SGLang's
 // own .tolist(), docs/sglang.md "Costs").
-#include <fmt/format.h>
-
 #include <cstdint>
 
 #include "../validate.hpp"
@@ -23,8 +21,6 @@ void plan(Ctx& x) {
   plan_sglang_common(x);
   SglangPlan& g = x.p.sgl;
   const SglangStep& s = *g.step;
-  if (s.cache_indices_buf_len < 0)
-    reject(fmt::format("sglang.cache_indices_buf_len = {} is negative", s.cache_indices_buf_len));
   // _refresh_cache_indices: into the buffer when it holds the batch, else a fresh cast.
   g.cache_buf = s.cache_indices_buf != nullptr && g.bs <= s.cache_indices_buf_len;
   // The common part's tracked rows (from the scheduler's host lists only; ShortConv adds no

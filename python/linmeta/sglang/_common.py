@@ -98,15 +98,18 @@ class Backend:
         self._linmeta_after(fb, entry, fields)
 
     def _linmeta_object(self, fields: dict):
-        """SGLang's metadata object of the kind's `fields` (left as they are)."""
-        d = {k: v for k, v in fields.items() if k != "kind_metadata"}
+        """SGLang's metadata object of the kind's `fields` (left as they are): the kind's
+        dataclass, or the plain ForwardMetadata, holding those of its fields."""
+        cls = self.METADATA if fields.get("kind_metadata") else ForwardMetadata
+        values, names = _defaults(cls)
+        d = values.copy()
+        d.update(fields)
+        for k in _not_fields(cls, self.KIND, fields):
+            del d[k]
         mixed = d.get("mixed_metadata")
         if mixed is not None and self.MIXED is not None:
             d["mixed_metadata"] = _instance(self.MIXED, mixed)
-        if fields.get("kind_metadata"):
-            return _instance(self.METADATA, d)
-        names = _defaults(ForwardMetadata)[1]
-        return _instance(ForwardMetadata, {k: v for k, v in d.items() if k in names})
+        return _new(cls, d, names)
 
     def _linmeta_graph(self, bs: int, fb_track_indices, verify_tree: bool):
         """The backend's static buffers of batch size bs (SGLang's init_*_graph_state)."""
@@ -190,6 +193,29 @@ def _defaults(cls):
     return d
 
 
+_NOT_FIELDS: dict = {}
+
+
+def _not_fields(cls, kind: str, fields: dict) -> tuple:
+    """The names of a `kind` result's fields that are no field of dataclass `cls` (the
+    engine's results of one kind always have the same names: computed once per pair)."""
+    key = (cls, kind)
+    out = _NOT_FIELDS.get(key)
+    if out is None:
+        names = _defaults(cls)[1]
+        out = _NOT_FIELDS[key] = tuple(k for k in fields if k not in names)
+    return out
+
+
+def _new(cls, d: dict, names: frozenset):
+    """An instance of dataclass `cls` whose __dict__ is `d` (every field, nothing else)."""
+    if len(d) != len(names):
+        raise TypeError(f"{cls.__name__}: fields {sorted(set(d) ^ names)}")
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", d)
+    return obj
+
+
 def _instance(cls, fields: dict):
     """An instance of SGLang's plain dataclass `cls` holding `fields` (every field without a
     default among them), the others at their defaults: what cls(**fields) makes, without
@@ -197,8 +223,4 @@ def _instance(cls, fields: dict):
     values, names = _defaults(cls)
     d = values.copy()
     d.update(fields)
-    if len(d) != len(names):
-        raise TypeError(f"{cls.__name__}: fields {sorted(set(d) ^ names)}")
-    obj = cls.__new__(cls)
-    object.__setattr__(obj, "__dict__", d)
-    return obj
+    return _new(cls, d, names)
