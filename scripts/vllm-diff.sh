@@ -155,7 +155,10 @@ for builder in $BUILDERS; do
     done_steps=$(( done_steps + n )) chunk_no=$(( chunk_no + 1 ))
     echo "$builder: $done_steps/$STEPS steps: replay $passed passed, $failed failed"
   done
-  line="$builder$([ "$REPLAYSSM" = 1 ] && echo ' (ReplaySSM)'): $STEPS random steps (seeds $((SEED * 1000))..$((SEED * 1000 + chunk_no - 1)),"
+  # (an assignment's failing substitution would end the script under set -e)
+  tag=""
+  if [ "$REPLAYSSM" = 1 ]; then tag=" (ReplaySSM)"; fi
+  line="$builder$tag: $STEPS random steps (seeds $((SEED * 1000))..$((SEED * 1000 + chunk_no - 1)),"
   if [ "$fill_only" = 1 ]; then
     line+=" $raised raised in the wheel, filled in ${fill_s} s): fill only, linmeta-replay does not take"
     line+=" $builder cases yet (filled files: $KEEP/$builder-*.jsonl)"
