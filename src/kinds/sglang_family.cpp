@@ -239,8 +239,7 @@ void plan_sglang_common(Ctx& x) {
   p.num_reqs = g.bs;
   if (s.entry == SglangEntry::Eager) {
     g.track_indices = s.track_indices != nullptr;
-    g.has_track_mask =
-        s.track && std::find(s.track_mask.begin(), s.track_mask.end(), true) != s.track_mask.end();
+    g.has_track_mask = any_tracked(s);
     g.cpu_track = s.track_lists &&
                   (s.forward_mode == SglangMode::Extend || s.forward_mode == SglangMode::Mixed) &&
                   s.extend_seq_lens.size() == static_cast<size_t>(g.bs) &&
@@ -280,6 +279,19 @@ void sglang_largest(StepPlan& p) {
   g.prefill_graph = g.pg_track_dst = true;
   g.pg_len = static_cast<int32_t>(g.pg_table.size());
   g.pg_rows = g.pg_slots = R;
+}
+
+bool any_tracked(const SglangStep& s) {
+  return s.track && std::find(s.track_mask.begin(), s.track_mask.end(), true) != s.track_mask.end();
+}
+
+bool plan_initial_states(SglangPlan& g, const SglangStep& s, int32_t n) {
+  bool any = false;
+  for (int32_t r = 0; r < n; ++r) {
+    g.initial[r] = s.extend_prefix_lens[r] > 0 ? 1 : 0;
+    any = any || g.initial[r] != 0;
+  }
+  return any;
 }
 
 void plan_tracked_rows(SglangPlan& g, const SglangStep& s) {

@@ -30,6 +30,11 @@ void plan_sglang_common(Ctx& x);
 /// some kinds keep, where the kind's output rows have them).
 void pack_sglang_common(Packer& k);
 
+/// mamba_track_mask is set and marks a row (SGLang's has_mamba_track_mask).
+[[nodiscard]] bool any_tracked(const SglangStep& s);
+/// has_initial_state(s) = extend_prefix_lens > 0 of the first n rows into p.sgl.initial;
+/// whether any row has one.
+bool plan_initial_states(SglangPlan& g, const SglangStep& s, int32_t n);
 /// The tracked rows (the host mask's) into p.sgl.tracked, when tracking planned none.
 void plan_tracked_rows(SglangPlan& g, const SglangStep& s);
 /// GDN's and KDA's rule: on a step with a tracked row, the tracked rows and their

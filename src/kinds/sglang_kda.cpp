@@ -89,8 +89,7 @@ void plan_prefill_graph(Ctx& x) {
     reject(
         "sglang.track: a prefix-cache tracked batch on a bucket without track tables "
         "(prefill_graph.track is false)");
-  g.has_track_mask =
-      s.track && std::find(s.track_mask.begin(), s.track_mask.end(), true) != s.track_mask.end();
+  g.has_track_mask = any_tracked(s);
   if (g.has_track_mask) {
     if (pg.track_dst == nullptr)
       reject("sglang.prefill_graph.track_dst is null on a tracked batch");
@@ -101,7 +100,7 @@ void plan_prefill_graph(Ctx& x) {
   g.pg_rows = pg.max_seqs;
   g.pg_slots = s.original_batch_size >= 0 ? std::min(bs, s.original_batch_size) : bs;
   g.pg_track_dst = g.has_track_mask;
-  for (int32_t r = 0; r < bs; ++r) g.initial[r] = s.extend_prefix_lens[r] > 0 ? 1 : 0;
+  plan_initial_states(g, s, bs);
 
   // _write_host_tables, in packed order. Padded sequences are empty and sit at the end.
   int32_t* t = g.pg_table.data();

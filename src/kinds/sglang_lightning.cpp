@@ -48,7 +48,7 @@ void plan(Ctx& x) {
   g.num_prefill_tokens = s.extend_num_tokens;
   g.num_decodes = 0;
   g.qsl_len = std::min(g.qsl_len, g.bs + 1);
-  for (int32_t r = 0; r < g.bs; ++r) g.initial[r] = s.extend_prefix_lens[r] > 0;
+  plan_initial_states(g, s, g.bs);
 }
 
 void pack_gathers(Packer&) {}

@@ -67,14 +67,9 @@ void plan_mixed(Ctx& x, SglangPlan& g, const SglangStep& s) {
                     "repeat_interleave fails)",
                     n + 1, tokens));
   std::copy(g.qsl.begin(), g.qsl.begin() + n + 1, x.p.qsl.begin());  // seq_idx's owners
-  bool any = false;
-  for (int32_t r = 0; r < n; ++r) {
-    g.initial[r] = s.extend_prefix_lens[r] > 0;
-    any = any || g.initial[r] != 0;
-    g.extend_lens[r] = s.extend_seq_lens[r];
-  }
-  g.prep_initial_states = any;
-  if (any) plan_logical_chunks(g, n, x.c.chunk_size, tokens);
+  std::copy_n(s.extend_seq_lens.begin(), n, g.extend_lens.begin());
+  g.prep_initial_states = plan_initial_states(g, s, n);
+  if (g.prep_initial_states) plan_logical_chunks(g, n, x.c.chunk_size, tokens);
   if (g.has_track_mask) {
     if (s.track_indices == nullptr) reject("sglang.track_indices (device) is null");
     g.mask_indices = true;

@@ -36,10 +36,8 @@ void plan(Ctx& x) {
         "sglang: ShortConv's extend reads extend_prefix_lens (extend_prefix_lens_cpu, a host "
         "list)");
   g.initial_state = true;
-  for (int32_t r = 0; r < g.bs; ++r) {
-    g.initial[r] = s.extend_prefix_lens[r] > 0;
-    g.prefix_cpu[r] = g.initial[r] != 0;
-  }
+  plan_initial_states(g, s, g.bs);
+  for (int32_t r = 0; r < g.bs; ++r) g.prefix_cpu[r] = g.initial[r] != 0;
 }
 
 void pack_gathers(Packer&) {}

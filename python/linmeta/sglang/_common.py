@@ -88,11 +88,7 @@ class Backend:
 
     def _linmeta_build(self, fb, entry: int, graph) -> None:
         """Builds the step: self.forward_metadata, then _linmeta_after."""
-        tokens = fb.extend_num_tokens or 0
-        ids = getattr(fb, "input_ids", None)
-        if ids is not None:
-            tokens = max(tokens, ids.shape[0])
-        fields = self._linmeta_engine(fb.batch_size, tokens).build(
+        fields = self._linmeta_engine(fb.batch_size, step_tokens(fb)).build(
             fb, entry, graph, self._linmeta_cache_indices_buf())
         self.forward_metadata = self._linmeta_object(fields)
         self._linmeta_after(fb, entry, fields)
@@ -173,6 +169,13 @@ class Backend:
         graph = (self.state_indices_list[bs - 1], self.query_start_loc_list[bs - 1],
                  None, None, None, None)
         self._linmeta_build(fb, CPU_GRAPH_CAPTURE, graph)
+
+
+def step_tokens(fb) -> int:
+    """The tokens a step of ForwardBatch `fb` holds (the engine's capacity must cover them)."""
+    tokens = fb.extend_num_tokens or 0
+    ids = getattr(fb, "input_ids", None)
+    return tokens if ids is None else max(tokens, ids.shape[0])
 
 
 _DEFAULTS: dict = {}

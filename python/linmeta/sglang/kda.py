@@ -13,7 +13,7 @@ from sglang.srt.layers.attention.linear.kda_backend import KDAAttnBackend
 from sglang.srt.layers.attention.mamba.mamba2_metadata import ForwardMetadata
 
 from ._batch import EAGER, PREFILL_GRAPH
-from ._common import Backend
+from ._common import Backend, step_tokens
 
 
 class LinmetaKDAAttnBackend(Backend, KDAAttnBackend):
@@ -41,10 +41,7 @@ class LinmetaKDAAttnBackend(Backend, KDAAttnBackend):
         )
 
     def _linmeta_fill_prefill_graph(self, meta, fb) -> None:
-        tokens = max(fb.extend_num_tokens or 0, meta.num_tokens)
-        ids = getattr(fb, "input_ids", None)
-        if ids is not None:
-            tokens = max(tokens, ids.shape[0])
+        tokens = max(step_tokens(fb), meta.num_tokens)
         engine = self._linmeta_engine(max(fb.batch_size, meta.max_seqs), tokens)
         engine.build(fb, PREFILL_GRAPH, meta)
         self.prefill_graph_metadata = meta
